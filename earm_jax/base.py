@@ -1,0 +1,115 @@
+"""The data types every part of earm_jax speaks: queries, observations, streams.
+
+All are NamedTuples of arrays (pytrees) with fixed shapes; masks mark padding so
+that no shape ever depends on data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
+
+from earm_jax.types import Array, ArrayLike, PRNGKey
+
+
+class Query(NamedTuple):
+    """One query's candidate pool, as the retriever returned it.
+
+    Attributes:
+      candidates: ``int32[N]`` memory ids (rows of the experience matrix).
+      similarity: ``float32[N]`` retriever similarity of each candidate.
+      valid: ``bool[N]`` False marks padding (pools shorter than ``N``).
+    """
+
+    candidates: Array
+    similarity: Array
+    valid: Array
+
+
+class Observation(NamedTuple):
+    """Direct relevance scores paid for at one query, aligned with the pool.
+
+    Attributes:
+      values: ``float32[N]`` scores in [0, 1]; read only where ``mask``.
+      mask: ``bool[N]`` which candidates were scored successfully.
+    """
+
+    values: Array
+    mask: Array
+
+
+class StepInfo(NamedTuple):
+    """What one query produced (not carried to the next query).
+
+    Attributes:
+      scores: ``float32[N]`` mixed scores: the direct score where observed, the
+        completion elsewhere, ``-inf`` at padding / not-yet-inserted candidates.
+      completed: ``float32[N]`` the model's prediction for every candidate
+        (``mu + b_m + c_t + u_m . v_t``), also where observed.
+      anchors: ``bool[N]`` which candidates were observed (and stored) at this query.
+      budget: ``int32[]`` the direct-scoring budget the policy allowed.
+      dropped: ``int32[]`` observations that could not be stored (row full or
+        history at capacity). Zero in every normal run; reported, never hidden.
+    """
+
+    scores: Array
+    completed: Array
+    anchors: Array
+    budget: Array
+    dropped: Array
+
+
+class Stream(NamedTuple):
+    """A whole query stream for simulation / offline evaluation.
+
+    Attributes:
+      queries: ``Query`` with a leading ``T`` axis.
+      scores: ``float32[T, N]`` the scorer's answer for every (query, candidate);
+        the solver sees an entry only where it anchors.
+      relevant: ``bool[T, N]`` ground truth (may be all False where unknown).
+      insert_time: ``int32[M]`` index of the first query at which each memory exists.
+      num_relevant: ``int32[T]`` relevant memories per query including those the
+        retriever missed (the recall denominator); ``None`` means ``relevant.sum(-1)``.
+      category: ``int32[T]`` an optional per-query label (e.g. LoCoMo category id).
+    """
+
+    queries: Query
+    scores: Array
+    relevant: Array
+    insert_time: Array
+    num_relevant: Array | None = None
+    category: Array | None = None
+
+
+BudgetFn = Callable[[ArrayLike], Array]
+"""``count -> int32[]``: the direct-scoring budget of query number ``count``."""
+
+
+class AnchorFn(Protocol):
+    def __call__(
+        self, key: PRNGKey, query: Query, budget: ArrayLike, usable: ArrayLike
+    ) -> Array:
+        """Returns ``bool[N]``: at most ``budget`` of the ``usable`` candidates."""
+
+
+class Policy(NamedTuple):
+    """How many direct scores to pay for, and which candidates get them.
+
+    Attributes:
+      budget: ``count -> int32[]`` the budget schedule.
+      anchors: ``(key, query, budget, usable) -> bool[N]`` the anchor sampler.
+    """
+
+    budget: BudgetFn
+    anchors: AnchorFn
+
+
+__all__ = [
+    "AnchorFn",
+    "BudgetFn",
+    "Observation",
+    "Policy",
+    "Query",
+    "StepInfo",
+    "Stream",
+]

@@ -1,0 +1,61 @@
+"""Ready-made policies: the paper's, and the baselines of DESIGN §3."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from earm_jax.base import BudgetFn, Policy
+from earm_jax.policies.anchors import stratified_anchors, top_similarity_anchors
+from earm_jax.policies.budget import PAPER_STAGE_RATIOS, constant_budget, stage_schedule
+
+
+def paper_policy(
+    pool_size: int = 200,
+    high_fraction: float = 0.1,
+    block_size: int = 10,
+    stage_ratios: Sequence[float] = PAPER_STAGE_RATIOS,
+    budget: BudgetFn | None = None,
+) -> Policy:
+    """The paper's policy: the stage schedule and stratified anchor sampling.
+
+    Args:
+      pool_size: candidates per query ``N``; the stage budgets are fractions of it.
+      high_fraction: size of the high-similarity stratum (default 0.1, DESIGN §2.3).
+      block_size, stage_ratios: the stage schedule (paper: 10 queries per stage,
+        200/80/50/40/35 of 200).
+      budget: any other schedule instead of the stage schedule.
+    """
+    schedule = (
+        budget
+        if budget is not None
+        else stage_schedule(pool_size, block_size, stage_ratios)
+    )
+    return Policy(budget=schedule, anchors=stratified_anchors(high_fraction))
+
+
+def top_similarity_policy(
+    pool_size: int = 200,
+    block_size: int = 10,
+    stage_ratios: Sequence[float] = PAPER_STAGE_RATIOS,
+    budget: BudgetFn | None = None,
+) -> Policy:
+    """Scores the ``B_t`` most similar candidates (the strong equal-calls baseline)."""
+    schedule = (
+        budget
+        if budget is not None
+        else stage_schedule(pool_size, block_size, stage_ratios)
+    )
+    return Policy(budget=schedule, anchors=top_similarity_anchors())
+
+
+def full_policy(pool_size: int = 200) -> Policy:
+    """Scores every candidate (``N`` calls per query)."""
+    return Policy(budget=constant_budget(pool_size), anchors=top_similarity_anchors())
+
+
+def semantic_policy() -> Policy:
+    """Scores nothing: similarity order (0 calls)."""
+    return Policy(budget=constant_budget(0), anchors=top_similarity_anchors())
+
+
+__all__ = ["full_policy", "paper_policy", "semantic_policy", "top_similarity_policy"]

@@ -1,0 +1,54 @@
+"""Mixed reranking (DESIGN §2.7): direct scores where observed, else completions."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from earm_jax.types import Array, ArrayLike
+
+
+def mixed_scores(
+    completed: ArrayLike, values: ArrayLike, observed: ArrayLike, usable: ArrayLike
+) -> Array:
+    """``float32[N]``: ``values`` where observed (authoritative), ``completed``
+    elsewhere, ``-inf`` where the candidate is not usable."""
+    scores = jnp.where(observed, values, completed)
+    return jnp.where(usable, scores, -jnp.inf)
+
+
+def top_k_context(
+    scores: ArrayLike,
+    memories: ArrayLike,
+    insert_order: ArrayLike,
+    k: int,
+    where: ArrayLike | None = None,
+) -> tuple[Array, Array]:
+    """The top ``k`` memories by ``scores``, restored to chronological order.
+
+    The answer context lists the selected memories in the order they happened
+    (DESIGN §2.7), not in score order.
+
+    Args:
+      scores: ``float32[N]`` ranking scores.
+      memories: ``int32[N]`` memory ids of the candidates.
+      insert_order: ``[N]`` a chronological key per candidate (e.g. insertion
+        index or timestamp).
+      k: context size (static).
+      where: ``bool[N]`` eligible candidates (default: finite scores).
+
+    Returns:
+      ``(memory ids int32[k], mask bool[k])`` in chronological order; the mask is
+      False for slots left empty when fewer than ``k`` are eligible.
+    """
+    scores = jnp.asarray(scores, jnp.float32)
+    eligible = jnp.isfinite(scores) if where is None else jnp.asarray(where, bool)
+    k = min(k, scores.shape[0])
+    _, top = jax.lax.top_k(jnp.where(eligible, scores, -jnp.inf), k)
+    chosen = eligible[top]
+    chrono = jnp.where(chosen, jnp.asarray(insert_order)[top], jnp.iinfo(jnp.int32).max)
+    order = jnp.argsort(chrono, stable=True)
+    return jnp.asarray(memories)[top][order], chosen[order]
+
+
+__all__ = ["mixed_scores", "top_k_context"]
