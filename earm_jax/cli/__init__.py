@@ -1,0 +1,1 @@
+"""The ``earm`` command line (Typer). Host side: never imported by the core."""
