@@ -35,8 +35,17 @@ def metric_names(metrics: Mapping[str, Mapping[str, np.ndarray]]) -> list[str]:
     return [name for name in first if name != "calls"]
 
 
+def _finite_or_none(value: float) -> float | None:
+    """JSON has no NaN: an undefined value (e.g. a recovery ratio whose
+    denominator vanishes) is written as null."""
+    return float(value) if np.isfinite(value) else None
+
+
 def _interval(ci: stats.ConfidenceInterval) -> dict:
-    return {"mean": float(ci.estimate), "ci": [float(ci.low), float(ci.high)]}
+    return {
+        "mean": _finite_or_none(ci.estimate),
+        "ci": [_finite_or_none(ci.low), _finite_or_none(ci.high)],
+    }
 
 
 def summarize(

@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -133,7 +134,11 @@ def _bootstrap(
             with np.errstate(divide="ignore", invalid="ignore"):
                 return statistic(sums, np.asarray(samples[0].shape[axis]))
 
-        with np.errstate(divide="ignore", invalid="ignore"):
+        # A resample distribution that is constant or NaN (e.g. a gain recovery
+        # whose denominator vanishes on some resamples) makes scipy warn; the
+        # interval it returns (zero-width or NaN) is the honest answer.
+        with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", scipy.stats.DegenerateDataWarning)
             result = scipy.stats.bootstrap(
                 tuple(columns.T),
                 vectorized,
