@@ -28,7 +28,7 @@ def simulate(
     ] = 8,
     l2: Annotated[float, typer.Option(help="Ridge penalty lambda.")] = 0.1,
     solver: Annotated[str, typer.Option(help="als | gradient | incremental.")] = "als",
-    num_sweeps: Annotated[int, typer.Option(help="ALS sweeps per query (warm-started).")] = 1,
+    num_sweeps: Annotated[int, typer.Option(help="ALS sweeps per query.")] = 1,
     budget_scale: Annotated[
         float, typer.Option(help="Multiply the paper's stage budgets by this.")
     ] = 1.0,

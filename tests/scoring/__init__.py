@@ -1,0 +1,1 @@
+"""Tests of the relevance scorers (unit, fault injection, real vLLM)."""
