@@ -16,6 +16,8 @@ def policy_figure(
     metric: str = "recall@10",
     block_size: int = 10,
     title: str = "",
+    positions: np.ndarray | None = None,
+    position_label: str = "",
 ) -> Path:
     """Two panels: ``metric`` per block of queries (the budget stages) per policy,
     and ``metric`` against direct-scoring calls per query, with 95% CIs.
@@ -25,24 +27,33 @@ def policy_figure(
       has_relevant: ``bool[..., T]`` queries that count.
       summary: :func:`earm_jax.report.summarize` output (for the CIs).
       path: PNG file to write.
+      block_size: queries per point of the left panel (by query index).
+      positions: optional ``[..., T]`` x value per query for the left panel
+        (e.g. the budget stage); replaces query-index blocks.
+      position_label: x label for ``positions``.
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    has_relevant = np.asarray(has_relevant, bool).reshape(-1, has_relevant.shape[-1])
-    num_queries = has_relevant.shape[-1]
-    blocks = np.arange(0, num_queries, block_size)
+    has_relevant = np.asarray(has_relevant, bool)
+    if positions is None:
+        index = np.broadcast_to(np.arange(has_relevant.shape[-1]), has_relevant.shape)
+        positions = (index // block_size) * block_size + block_size / 2
+        position_label = f"query index (mean over blocks of {block_size})"
+    positions = np.broadcast_to(np.asarray(positions), has_relevant.shape)
+    xs = np.unique(positions)
     figure, (by_query, by_calls) = plt.subplots(1, 2, figsize=(12, 4.5))
     for policy, row in metrics.items():
         values = np.asarray(row[metric]).reshape(has_relevant.shape)
-        means = []
-        for start in blocks:
-            window = has_relevant[:, start : start + block_size]
-            chunk = values[:, start : start + block_size]
-            means.append(chunk[window].mean() if window.any() else np.nan)
-        by_query.plot(blocks + block_size / 2, means, marker="o", ms=3, label=policy)
+        means = [
+            values[has_relevant & (positions == x)].mean()
+            if (has_relevant & (positions == x)).any()
+            else np.nan
+            for x in xs
+        ]
+        by_query.plot(xs, means, marker="o", ms=3, label=policy)
         entry = summary["results"][policy]
         low, high = entry[metric]["ci"]
         mean = entry[metric]["mean"]
@@ -54,7 +65,7 @@ def policy_figure(
             capsize=3,
             label=policy,
         )
-    by_query.set_xlabel(f"query index (mean over blocks of {block_size})")
+    by_query.set_xlabel(position_label)
     by_query.set_ylabel(metric)
     by_query.set_title(f"{metric} along the stream")
     by_calls.set_xlabel("direct-scoring calls per query")

@@ -152,7 +152,7 @@ def per_group(
     for group in np.unique(groups):
         selected = groups == group
         scored = has_relevant & selected
-        key = str(group.item())
+        key = str(group.item() if isinstance(group, np.generic) else group)
         if not scored.any():
             out[key] = {"count": 0, "num_queries": int(selected.sum())}
             continue

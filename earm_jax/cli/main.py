@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from earm_jax.cli import serve_scorer, simulate
+from earm_jax.cli import locomo, serve_scorer, simulate
 
 app = typer.Typer(
     help="earm_jax: experience-amortized LLM reranking for agent memory.",
@@ -12,6 +12,7 @@ app = typer.Typer(
     add_completion=False,
 )
 simulate.register(app)
+locomo.register(app)
 serve_scorer.register(app)
 
 

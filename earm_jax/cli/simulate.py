@@ -119,7 +119,7 @@ def simulate(
         f"queries: {summary['num_queries']} ({summary['num_scored_queries']} with a "
         f"relevant memory); run {timing['seconds']:.1f} s (compile included)"
     )
-    console.print(EVIDENCE_NOTE)
+    console.print(EVIDENCE_NOTE, markup=False)
     payload = {
         "config": settings.to_json(),
         "seeds": [settings.seed],
