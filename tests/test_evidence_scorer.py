@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -21,14 +20,6 @@ from earm_jax.locomo.evidence import (
 from earm_jax.locomo.memories import build_memories
 from earm_jax.locomo.streams import stream_arrays
 from earm_jax.scoring.base import PairScore, Scorer
-
-
-def locomo_dir() -> Path:
-    """``$EARM_LOCOMO_DIR``, else ``../shared/data/locomo`` next to the repository."""
-    configured = os.environ.get("EARM_LOCOMO_DIR")
-    if configured:
-        return Path(configured)
-    return Path(__file__).resolve().parents[1].parent / "shared" / "data" / "locomo"
 
 
 def random_relevant(shape: tuple[int, ...], rate: float, seed: int = 0) -> np.ndarray:
@@ -133,10 +124,8 @@ def test_scorer_protocol_identity_and_unknown_queries() -> None:
 
 
 @pytest.mark.locomo
-def test_online_scorer_agrees_with_the_stream_scores() -> None:
-    folder = locomo_dir()
-    if not folder.is_dir():
-        pytest.skip(f"LoCoMo data not found at {folder} (set EARM_LOCOMO_DIR)")
+def test_online_scorer_agrees_with_the_stream_scores(locomo_path: Path) -> None:
+    folder = locomo_path
     conversation = load_locomo(folder / "30.json")[0]
     memory_set = build_memories(conversation, "turns")
     rng = np.random.default_rng(0)

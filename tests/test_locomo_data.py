@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 from pathlib import Path
 
@@ -50,20 +49,9 @@ EXPECTED_FAULTS = {
 }
 
 
-def locomo_dir() -> Path:
-    """``$EARM_LOCOMO_DIR``, else ``../shared/data/locomo`` next to the repository."""
-    configured = os.environ.get("EARM_LOCOMO_DIR")
-    if configured:
-        return Path(configured)
-    return Path(__file__).resolve().parents[1].parent / "shared" / "data" / "locomo"
-
-
 @pytest.fixture(scope="module")
-def conversations() -> list[Conversation]:
-    folder = locomo_dir()
-    if not folder.is_dir():
-        pytest.skip(f"LoCoMo data not found at {folder} (set EARM_LOCOMO_DIR)")
-    return load_locomo(folder)
+def conversations(locomo_path: Path) -> list[Conversation]:
+    return load_locomo(locomo_path)
 
 
 @pytest.fixture(scope="module")
@@ -184,9 +172,9 @@ def relabel(conversation: Conversation, sample_id: str) -> Conversation:
 
 @pytest.mark.locomo
 def test_single_file_form_agrees_with_per_conversation_files(
-    conversations: list[Conversation], tmp_path: Path
+    conversations: list[Conversation], tmp_path: Path, locomo_path: Path
 ) -> None:
-    folder = locomo_dir()
+    folder = locomo_path
     samples = [
         to_single_file_sample(
             f"conv-{c.sample_id}",

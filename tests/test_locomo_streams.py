@@ -7,7 +7,6 @@ repeated local runs skip the model entirely.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -38,26 +37,14 @@ QUERY_COUNTS = {
 }
 
 
-def locomo_dir() -> Path:
-    """``$EARM_LOCOMO_DIR``, else ``../shared/data/locomo`` next to the repository."""
-    configured = os.environ.get("EARM_LOCOMO_DIR")
-    if configured:
-        return Path(configured)
-    return Path(__file__).resolve().parents[1].parent / "shared" / "data" / "locomo"
+@pytest.fixture(scope="module")
+def conversations(locomo_path: Path) -> list[Conversation]:
+    return load_locomo(locomo_path)
 
 
 @pytest.fixture(scope="module")
-def conversations() -> list[Conversation]:
-    folder = locomo_dir()
-    if not folder.is_dir():
-        pytest.skip(f"LoCoMo data not found at {folder} (set EARM_LOCOMO_DIR)")
-    return load_locomo(folder)
-
-
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    configured = os.environ.get("EARM_CACHE_DIR")
-    return Path(configured) if configured else tmp_path_factory.mktemp("embeddings")
+def cache_dir(embedding_cache_dir: Path) -> Path:
+    return embedding_cache_dir
 
 
 @pytest.fixture(scope="module")

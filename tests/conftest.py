@@ -1,0 +1,38 @@
+"""Shared fixtures: the LoCoMo data folder and one embedding cache per session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def locomo_dir() -> Path:
+    """``$EARM_LOCOMO_DIR``, else ``../shared/data/locomo`` next to the repository."""
+    configured = os.environ.get("EARM_LOCOMO_DIR")
+    if configured:
+        return Path(configured)
+    return REPO.parent / "shared" / "data" / "locomo"
+
+
+@pytest.fixture(scope="session")
+def locomo_path() -> Path:
+    """The LoCoMo folder. Missing data fails the test (CI always has it) unless
+    ``EARM_ALLOW_MISSING_DATA=1`` asks for a skip."""
+    folder = locomo_dir()
+    if not folder.is_dir():
+        message = f"LoCoMo data not found at {folder} (set EARM_LOCOMO_DIR)"
+        if os.environ.get("EARM_ALLOW_MISSING_DATA") == "1":
+            pytest.skip(message)
+        pytest.fail(message)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def embedding_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One embedding cache for the whole session: each text is embedded once."""
+    configured = os.environ.get("EARM_CACHE_DIR")
+    return Path(configured) if configured else tmp_path_factory.mktemp("embeddings")
