@@ -36,3 +36,11 @@ def embedding_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One embedding cache for the whole session: each text is embedded once."""
     configured = os.environ.get("EARM_CACHE_DIR")
     return Path(configured) if configured else tmp_path_factory.mktemp("embeddings")
+
+
+@pytest.fixture(scope="session")
+def conversations(locomo_path: Path):
+    """The shared LoCoMo conversations, loaded once per session."""
+    from earm_jax.locomo import load_locomo
+
+    return load_locomo(locomo_path)

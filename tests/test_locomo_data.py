@@ -50,11 +50,6 @@ EXPECTED_FAULTS = {
 
 
 @pytest.fixture(scope="module")
-def conversations(locomo_path: Path) -> list[Conversation]:
-    return load_locomo(locomo_path)
-
-
-@pytest.fixture(scope="module")
 def by_id(conversations: list[Conversation]) -> dict[str, Conversation]:
     return {conversation.sample_id: conversation for conversation in conversations}
 

@@ -15,7 +15,7 @@ import pytest
 
 from earm_jax.base import Query, Stream
 from earm_jax.embed import Embedder
-from earm_jax.locomo.data import Conversation, load_locomo, parse_conversation
+from earm_jax.locomo.data import Conversation, parse_conversation
 from earm_jax.locomo.evidence import STAND_IN_NOTE, EvidenceNoise
 from earm_jax.locomo.memories import build_memories
 from earm_jax.locomo.streams import (
@@ -35,11 +35,6 @@ QUERY_COUNTS = {
     "48": 191,
     "50": 158,
 }
-
-
-@pytest.fixture(scope="module")
-def conversations(locomo_path: Path) -> list[Conversation]:
-    return load_locomo(locomo_path)
 
 
 @pytest.fixture(scope="module")
