@@ -40,11 +40,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from earm_jax import _linalg
+from earm_jax import _linalg, incremental
 from earm_jax.base import Observation, Policy, Query, StepInfo
+from earm_jax.policies.rerank import mixed_scores
 from earm_jax.types import Array, ArrayLike, PRNGKey
 
-SOLVERS = ("als", "gradient")
+SOLVERS = ("als", "gradient", "incremental")
 
 
 class SolverConfig(NamedTuple):
@@ -57,8 +58,11 @@ class SolverConfig(NamedTuple):
       max_budget: ``K``, the most anchors one query may store (``<= pool_size``).
       rank: ``R``, latent dimension; 0 gives the bias-only model.
       l2: ridge penalty :math:`\\lambda` on biases and factors (paper: 0.1).
-      solver: ``"als"`` (alternating closed-form ridge solves) or ``"gradient"``
-        (optax Adam steps on the same masked loss).
+      solver: ``"als"`` (alternating closed-form ridge solves), ``"gradient"``
+        (optax Adam steps on the same masked loss) or ``"incremental"`` (the
+        same block solves over a bounded block per query, from per-memory
+        sufficient statistics: constant cost per query, see
+        :mod:`earm_jax.incremental`).
       num_sweeps: ALS sweeps per query (warm-started), an upper bound when
         ``tolerance > 0``.
       tolerance: stop the ALS sweeps early once the relative decrease of the
@@ -66,6 +70,12 @@ class SolverConfig(NamedTuple):
       num_steps: gradient steps per query for ``solver="gradient"``.
       learning_rate: Adam step size for ``solver="gradient"``.
       init_scale: standard deviation of the random initial memory factors.
+      refresh_rows: for ``solver="incremental"``, earlier history rows re-solved
+        (round robin) per query besides the new one.
+      clip_completions: clip completions into the scorer's range [0, 1] in the
+        mixed scores, so no prediction outranks a direct score of 1 (direct
+        scores are authoritative; at equal value the direct score ranks first).
+        ``StepInfo.completed`` stays unclipped.
     """
 
     num_memories: int
@@ -80,6 +90,8 @@ class SolverConfig(NamedTuple):
     num_steps: int = 20
     learning_rate: float = 0.05
     init_scale: float = 0.1
+    refresh_rows: int = 8
+    clip_completions: bool = True
 
 
 class SolverState(NamedTuple):
@@ -99,6 +111,7 @@ class SolverState(NamedTuple):
       memory_count: ``int32[M]`` observations of each memory in the history.
       count: ``int32[]`` queries seen so far (the next query's index).
       solver_extras: solver-specific carry (the optax state for ``"gradient"``;
+        :class:`~earm_jax.incremental.IncrementalStats` for ``"incremental"``;
         ``()`` for ``"als"``).
     """
 
@@ -173,7 +186,7 @@ def validate_config(config: SolverConfig) -> None:
         raise ValueError(
             f"SolverConfig.solver must be one of {SOLVERS}, got {config.solver!r}"
         )
-    for name in ("num_sweeps", "num_steps"):
+    for name in ("num_sweeps", "num_steps", "refresh_rows"):
         value = getattr(config, name)
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"SolverConfig.{name} must be an int >= 0, got {value!r}")
@@ -503,6 +516,8 @@ def online_solver(config: SolverConfig, policy: Policy) -> OnlineSolver:
             query_factors=jnp.zeros((capacity, rank), jnp.float32),
         )
         extras = optimizer.init(params) if config.solver == "gradient" else ()
+        if config.solver == "incremental":
+            extras = incremental.init_stats(num_memories, rank)
         return SolverState(
             *params,
             insert_time=jnp.asarray(insert_time, jnp.int32),
@@ -531,6 +546,9 @@ def online_solver(config: SolverConfig, policy: Policy) -> OnlineSolver:
             return _refit_gradient(
                 params, state.solver_extras, state, config, optimizer
             )
+        if config.solver == "incremental":
+            # The history up to t - 1 was folded in by the update after each query.
+            return params, state.solver_extras
         return _refit_als(params, state, config), state.solver_extras
 
     def observe(
@@ -554,8 +572,10 @@ def online_solver(config: SolverConfig, policy: Policy) -> OnlineSolver:
             params, state.memory_count, query.candidates, query_bias, query_factors
         )
         completed = jnp.where(usable, completed, 0.0)
-        scores = jnp.where(observed, values, completed)
-        scores = jnp.where(usable, scores, -jnp.inf)
+        shown = jnp.clip(completed, 0.0, 1.0) if config.clip_completions else completed
+        # One ulp below: at equal value the direct score outranks the completion.
+        shown = jnp.nextafter(shown, -jnp.inf)
+        scores = mixed_scores(shown, values, observed, usable)
 
         # 3. The anchors join the history (compressed to a row of width K).
         order = jnp.argsort(~observed, stable=True)[:max_budget]
@@ -581,6 +601,9 @@ def online_solver(config: SolverConfig, policy: Policy) -> OnlineSolver:
             count=state.count + 1,
             solver_extras=extras,
         )
+        if config.solver == "incremental":
+            # 4. A bounded block sweep with the new row (after its scores exist).
+            new_state = incremental.update(new_state, config.l2, config.refresh_rows)
         dropped = jnp.sum(offered & usable) - jnp.sum(stored)
         info = StepInfo(
             scores=scores,
