@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from earm_jax.incremental import IncrementalStats
 from earm_jax.solver import Parameters, SolverConfig, SolverState
 from earm_jax.types import PRNGKey
 
@@ -46,6 +47,14 @@ def _pad_parameters_like(tree: Parameters, num_memories: int, capacity: int) -> 
 def _grow_extras(extras: Any, solver: str, num_memories: int, capacity: int) -> Any:
     if solver == "als":
         return extras
+    if solver == "incremental":
+        # New memories have no history: zero statistics. The round-robin cursor
+        # stays valid (it is taken modulo the number of stored rows).
+        return IncrementalStats(
+            gram=_pad(extras.gram, num_memories),
+            rhs=_pad(extras.rhs, num_memories),
+            cursor=extras.cursor,
+        )
     if solver == "gradient":
         return jax.tree.map(
             lambda leaf: (

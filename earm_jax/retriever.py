@@ -35,6 +35,7 @@ import numpy as np
 
 from earm_jax.base import Observation, Query
 from earm_jax.grow import NOT_INSERTED, grow_state
+from earm_jax.incremental import IncrementalStats
 from earm_jax.policies import paper_policy, stage_schedule
 from earm_jax.policies.budget import PAPER_STAGE_RATIOS
 from earm_jax.policies.rerank import top_k_context
@@ -58,6 +59,9 @@ class RetrieverConfig:
     top_k: int = 10
     rank: int = 8
     l2: float = 0.1
+    # Constant cost per query however long the agent lives (see
+    # earm_jax/incremental.py); "als" refits the whole history every query.
+    solver: str = "incremental"
     num_sweeps: int = 3
     high_fraction: float = 0.1
     block_size: int = 10
@@ -153,6 +157,7 @@ class OnlineRetriever:
                 max_budget=self.config.pool_size,
                 rank=self.config.rank,
                 l2=self.config.l2,
+                solver=self.config.solver,
                 num_sweeps=self.config.num_sweeps,
             )
             self.texts: list[str] = []
@@ -220,6 +225,11 @@ class OnlineRetriever:
             for name, value in self.state._asdict().items()
             if name != "solver_extras"
         }
+        extras = self.state.solver_extras
+        if isinstance(extras, IncrementalStats):
+            leaves.update(
+                {f"extras_{k}": np.asarray(v) for k, v in extras._asdict().items()}
+            )
 
         def write(path: str) -> None:
             with open(path, "wb") as handle:
@@ -237,7 +247,20 @@ class OnlineRetriever:
     def _load(self) -> None:
         with np.load(self.directory / "state.npz") as stored:
             fields = {name: jnp.asarray(stored[name]) for name in stored.files}
-        self.state = SolverState(**fields, solver_extras=())
+        extras: Any = ()
+        if self.solver_config.solver == "incremental":
+            extras = IncrementalStats(
+                **{
+                    name: fields.pop(f"extras_{name}")
+                    for name in IncrementalStats._fields
+                }
+            )
+        elif self.solver_config.solver != "als":
+            raise ValueError(
+                f"the retriever persists als and incremental solvers, not "
+                f"{self.solver_config.solver!r}"
+            )
+        self.state = SolverState(**fields, solver_extras=extras)
         self.texts = []
         memories = self.directory / "memories.jsonl"
         if memories.exists():

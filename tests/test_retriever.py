@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -69,14 +70,18 @@ CONFIG = RetrieverConfig(
 )
 
 
-def test_restart_gives_the_same_answers_as_an_uninterrupted_run(tmp_path, embedder):
+@pytest.mark.parametrize("solver", ["incremental", "als"])
+def test_restart_gives_the_same_answers_as_an_uninterrupted_run(
+    tmp_path, embedder, solver
+):
+    config = dataclasses.replace(CONFIG, solver=solver)
     memories, queries = _memories(40), _queries(14)
-    straight = OnlineRetriever(tmp_path / "a", KeywordScorer(), embedder, CONFIG)
+    straight = OnlineRetriever(tmp_path / "a", KeywordScorer(), embedder, config)
     straight.add(memories)
     expected = [straight.query(q) for q in queries]
     straight.close()
 
-    first = OnlineRetriever(tmp_path / "b", KeywordScorer(), embedder, CONFIG)
+    first = OnlineRetriever(tmp_path / "b", KeywordScorer(), embedder, config)
     first.add(memories)
     answers = [first.query(q) for q in queries[:6]]
     first.close()
