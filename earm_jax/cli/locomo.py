@@ -187,7 +187,8 @@ def locomo(
             output.results_table(run, metric_list, title + " (mean [95% CI])")
         )
         console.print(output.contrasts_table(run, metric_list, "paired contrasts"))
-        console.print(f"call saving of Mixed vs Full: {run['call_saving']:.1%}")
+        if run["call_saving"] is not None:
+            console.print(f"call saving of Mixed vs Full: {run['call_saving']:.1%}")
     console.print(payload["scorer_note"], markup=False)
     faults = payload["data_faults"]
     console.print(

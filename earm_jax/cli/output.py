@@ -57,9 +57,14 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
     path.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
 
 
+def _number(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
 def _cell(entry: dict[str, Any]) -> str:
+    """``mean [low, high]``; undefined values (JSON null) print as n/a."""
     low, high = entry["ci"]
-    return f"{entry['mean']:.3f} [{low:.3f}, {high:.3f}]"
+    return f"{_number(entry['mean'])} [{_number(low)}, {_number(high)}]"
 
 
 def results_table(summary: dict[str, Any], metrics: list[str], title: str) -> Table:

@@ -163,10 +163,23 @@ def run_locomo_job(
     Returns:
       ``(JSON payload, per-query results of the first grid point)``.
     """
+
+    job.validate()
+    llm = _llm_scorer(job) if job.scorer == "vllm" else None
+    try:
+        return _run_grid(job, on_step, llm)
+    finally:
+        if llm is not None:
+            llm[1].close()
+            llm[0].cache.close()
+
+
+def _run_grid(
+    job: LocomoJob, on_step: Callable[[str], Any] | None, llm: Any
+) -> tuple[dict[str, Any], PerQuery]:
     from earm_jax.cli.output import command_line, machine, versions
     from earm_jax.embed import Embedder
 
-    job.validate()
     step = on_step or (lambda _: None)
     conversations = load_locomo(job.data)
     embedder = Embedder(job.model, cache_dir=job.cache_dir)
@@ -174,7 +187,6 @@ def run_locomo_job(
     faults: list[dict[str, str]] = []
     seen_faults: set[tuple[str, str, str]] = set()
     first: PerQuery | None = None
-    llm = _llm_scorer(job) if job.scorer == "vllm" else None
     answers: dict[str, Any] | None = None
     scorer_failures: dict[str, int] = {}
     step("embedding conversations")
