@@ -180,6 +180,36 @@ def refresh_rows(
     return jnp.clip(rows, 0, capacity - 1), valid, in_stats & valid, next_cursor
 
 
+def take_rows(buffer: Array, rows: Array) -> Array:
+    """``buffer[rows]`` as a loop of dynamic slices.
+
+    The loop keeps XLA from fusing these reads into the write of the new row
+    into the same history buffer; fused, they read the old buffer and force a
+    copy of the whole buffer per query (a cost growing with the capacity).
+    """
+
+    def body(k: Array, out: Array) -> Array:
+        row = jax.lax.dynamic_index_in_dim(buffer, rows[k], keepdims=False)
+        return jax.lax.dynamic_update_index_in_dim(out, row, k, 0)
+
+    out = jnp.zeros(rows.shape + buffer.shape[1:], buffer.dtype)
+    return jax.lax.fori_loop(0, rows.shape[0], body, out)
+
+
+def put_rows(buffer: Array, rows: Array, values: Array) -> Array:
+    """``buffer[rows] = values`` as a loop of in-place updates; rows outside the
+    buffer (``>= len(buffer)``) are skipped."""
+    size = buffer.shape[0]
+
+    def body(k: Array, out: Array) -> Array:
+        slot = jnp.clip(rows[k], 0, size - 1)
+        current = jax.lax.dynamic_index_in_dim(out, slot, keepdims=False)
+        row = jnp.where(rows[k] < size, values[k], current)
+        return jax.lax.dynamic_update_index_in_dim(out, row, slot, 0)
+
+    return jax.lax.fori_loop(0, rows.shape[0], body, buffer)
+
+
 def _row_outer(features: Array) -> Array:
     return features[..., :, None] * features[..., None, :]
 
@@ -204,11 +234,11 @@ def update(state: Any, l2: float, num_refresh: int) -> Any:
     rows, valid, in_stats, next_cursor = refresh_rows(
         state.count, stats.cursor, capacity, num_refresh
     )
-    index = state.obs_index[rows]  # [W, K]
-    value = state.obs_value[rows]
-    mask = state.obs_mask[rows] & valid[:, None]
-    old_bias = state.query_bias[rows]
-    old_factors = state.query_factors[rows]
+    index = take_rows(state.obs_index, rows)  # [W, K]
+    value = take_rows(state.obs_value, rows)
+    mask = take_rows(state.obs_mask, rows) & valid[:, None]
+    old_bias = take_rows(state.query_bias, rows)
+    old_factors = take_rows(state.query_factors, rows)
     mean = state.global_mean
 
     # 1. Queries of the block, exactly, against the current memories. Every
@@ -264,8 +294,8 @@ def update(state: Any, l2: float, num_refresh: int) -> Any:
         global_mean=mean,
         memory_bias=memory_bias,
         memory_factors=memory_factors,
-        query_bias=state.query_bias.at[write_rows].set(new_bias, mode="drop"),
-        query_factors=state.query_factors.at[write_rows].set(new_factors, mode="drop"),
+        query_bias=put_rows(state.query_bias, write_rows, new_bias),
+        query_factors=put_rows(state.query_factors, write_rows, new_factors),
         solver_extras=IncrementalStats(gram, rhs, next_cursor),
     )
 
