@@ -252,27 +252,29 @@ def accuracy_with_ci(
     """Answer accuracy over graded questions with a bootstrap confidence interval.
 
     Failed questions are excluded from the accuracy and counted separately (they
-    are not scored as wrong). For paired comparisons between policies use the
-    project's paired bootstrap over the same questions.
+    are not scored as wrong). The interval is :func:`earm_jax.stats.mean_ci`;
+    for paired comparisons between policies use :func:`earm_jax.stats.contrast_ci`
+    over the same questions.
 
     Returns:
       ``{"accuracy", "low", "high", "graded", "failed"}`` (NaN when none graded).
     """
     import numpy as np
 
+    from earm_jax import stats
+
     graded = np.array([v == "correct" for v in verdicts if v != "failed"], float)
     failed = sum(v == "failed" for v in verdicts)
     if graded.size == 0:
         nan = float("nan")
         return {"accuracy": nan, "low": nan, "high": nan, "graded": 0, "failed": failed}
-    rng = np.random.default_rng(seed)
-    samples = rng.integers(0, graded.size, size=(num_bootstrap, graded.size))
-    means = graded[samples].mean(axis=1)
-    tail = (1.0 - confidence) / 2.0
+    ci = stats.mean_ci(
+        graded, confidence=confidence, num_resamples=num_bootstrap, seed=seed
+    )
     return {
-        "accuracy": float(graded.mean()),
-        "low": float(np.quantile(means, tail)),
-        "high": float(np.quantile(means, 1.0 - tail)),
+        "accuracy": ci.estimate,
+        "low": ci.low,
+        "high": ci.high,
         "graded": int(graded.size),
         "failed": int(failed),
     }

@@ -118,31 +118,51 @@ def _answers(job: LocomoJob, streams, run: LocomoRunSettings, seed: int) -> dict
         else min(job.answer_limit, len(questions))
     )
     correct: dict[str, np.ndarray] = {}
-    failed: dict[str, int] = {}
+    graded: dict[str, np.ndarray] = {}
+    reasons: dict[str, dict[str, int]] = {}
     for policy, rows in contexts.items():
-        verdicts = []
+        results = []
         for index in range(limit):
             memories = [texts[owner[index]][m] for m in rows[index] if m >= 0]
-            result = answer_and_judge(
-                config, questions[index].question, memories, questions[index].answer
+            results.append(
+                answer_and_judge(
+                    config, questions[index].question, memories, questions[index].answer
+                )
             )
-            verdicts.append(result.verdict)
-        correct[policy] = np.array([v == "correct" for v in verdicts], float)
-        failed[policy] = sum(v == "failed" for v in verdicts)
-    by_policy = {}
+        correct[policy] = np.array([r.verdict == "correct" for r in results], float)
+        graded[policy] = np.array([r.verdict != "failed" for r in results])
+        reasons[policy] = {}
+        for r in results:
+            if r.verdict == "failed":
+                reasons[policy][r.reason] = reasons[policy].get(r.reason, 0) + 1
+    by_policy: dict[str, Any] = {}
     for policy, values in correct.items():
-        ci = stats.mean_ci(values, num_resamples=job.num_resamples)
-        by_policy[policy] = {
-            "accuracy": ci.estimate,
-            "ci": [ci.low, ci.high],
-            "failed": failed[policy],
+        row: dict[str, Any] = {
+            "graded": int(graded[policy].sum()),
+            "failed": int((~graded[policy]).sum()),
+            "failures_by_reason": reasons[policy],
         }
+        if graded[policy].any():
+            ci = stats.mean_ci(
+                values, where=graded[policy], num_resamples=job.num_resamples
+            )
+            row.update(accuracy=ci.estimate, ci=[ci.low, ci.high])
+        by_policy[policy] = row
     contrasts = {}
     for baseline in ("semantic", "observed", "top_similarity", "full"):
-        ci = stats.contrast_ci(
-            correct["mixed"], correct[baseline], num_resamples=job.num_resamples
-        )
-        contrasts[f"mixed-{baseline}"] = {"mean": ci.estimate, "ci": [ci.low, ci.high]}
+        both = graded["mixed"] & graded[baseline]
+        if both.any():
+            ci = stats.contrast_ci(
+                correct["mixed"],
+                correct[baseline],
+                where=both,
+                num_resamples=job.num_resamples,
+            )
+            contrasts[f"mixed-{baseline}"] = {
+                "mean": ci.estimate,
+                "ci": [ci.low, ci.high],
+                "questions": int(both.sum()),
+            }
     return {
         "k": job.ks[0],
         "questions": limit,
@@ -150,8 +170,9 @@ def _answers(job: LocomoJob, streams, run: LocomoRunSettings, seed: int) -> dict
         "judge": job.judge_model or job.answer_model,
         "by_policy": by_policy,
         "contrasts": contrasts,
-        "note": "failed answers/judgements count as incorrect in accuracy and are "
-        "also counted in 'failed'",
+        "note": "failed answers or judgements (service faults, unparsable "
+        "verdicts) are excluded from accuracy and counted by reason, never "
+        "graded; contrasts use the questions graded under both policies",
     }
 
 
