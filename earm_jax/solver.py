@@ -276,6 +276,22 @@ def history_rows(state: SolverState) -> Array:
     return jnp.arange(state.obs_mask.shape[0]) < state.count
 
 
+def _history_without_mean(params: Parameters, state: SolverState) -> Array:
+    """``float32[Q, K]``: :math:`b_m + c_s + u_m \\cdot v_s` at every history entry."""
+    factors = effective_memory_factors(params.memory_factors, state.memory_count)
+    index = state.obs_index
+    return (
+        params.memory_bias[index]
+        + params.query_bias[:, None]
+        + jnp.einsum(
+            "qkr,qr->qk",
+            factors[index],
+            params.query_factors,
+            precision=jax.lax.Precision.HIGHEST,
+        )
+    )
+
+
 def loss(params: Parameters, state: SolverState, l2: float) -> Array:
     r"""The regularised squared loss on the history of queries ``< state.count``.
 
@@ -286,18 +302,7 @@ def loss(params: Parameters, state: SolverState, l2: float) -> Array:
     mask = state.obs_mask & rows[:, None]
     seen = state.memory_count > 0
     factors = effective_memory_factors(params.memory_factors, state.memory_count)
-    index = state.obs_index
-    prediction = (
-        params.global_mean
-        + params.memory_bias[index]
-        + params.query_bias[:, None]
-        + jnp.einsum(
-            "qkr,qr->qk",
-            factors[index],
-            params.query_factors,
-            precision=jax.lax.Precision.HIGHEST,
-        )
-    )
+    prediction = params.global_mean + _history_without_mean(params, state)
     residual = jnp.where(mask, state.obs_value - prediction, 0.0)
     penalty = (
         jnp.sum(jnp.where(seen, params.memory_bias, 0.0) ** 2)
@@ -395,18 +400,7 @@ def _solve_mean(params: Parameters, state: SolverState) -> Parameters:
     """Exact update of the (unpenalised) global mean; kept when there is no data."""
     rows = history_rows(state)
     mask = state.obs_mask & rows[:, None]
-    factors = effective_memory_factors(params.memory_factors, state.memory_count)
-    index = state.obs_index
-    rest = (
-        params.memory_bias[index]
-        + params.query_bias[:, None]
-        + jnp.einsum(
-            "qkr,qr->qk",
-            factors[index],
-            params.query_factors,
-            precision=jax.lax.Precision.HIGHEST,
-        )
-    )
+    rest = _history_without_mean(params, state)
     total = jnp.sum(jnp.where(mask, state.obs_value - rest, 0.0))
     num = jnp.sum(mask)
     mean = jnp.where(num > 0, total / jnp.maximum(num, 1), params.global_mean)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from locomo_facts import QUERY_COUNTS
 
 from earm_jax.locomo import data
 from earm_jax.locomo.data import (
@@ -20,17 +21,6 @@ from earm_jax.locomo.data import (
     parse_conversation,
 )
 from earm_jax.locomo.memories import build_memories, insertion_times, turn_text
-
-# Questions of categories 1-4 per conversation (DESIGN §5 / the data README).
-QUERY_COUNTS = {
-    "26": 152,
-    "30": 81,
-    "41": 152,
-    "42": 199,
-    "43": 178,
-    "48": 191,
-    "50": 158,
-}
 
 # Faults measured on the shared files; kinds not listed are zero.
 EXPECTED_FAULTS = {

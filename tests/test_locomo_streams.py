@@ -12,6 +12,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from locomo_facts import QUERY_COUNTS
 
 from earm_jax.base import Query, Stream
 from earm_jax.embed import Embedder
@@ -25,16 +26,6 @@ from earm_jax.locomo.streams import (
     candidate_pools,
     stream_arrays,
 )
-
-QUERY_COUNTS = {
-    "26": 152,
-    "30": 81,
-    "41": 152,
-    "42": 199,
-    "43": 178,
-    "48": 191,
-    "50": 158,
-}
 
 
 @pytest.fixture(scope="module")
