@@ -6,7 +6,7 @@ paired difference of Mixed's metrics, with bootstrap CIs over questions and over
 conversations. Writes JSON (machine, versions, command) and prints a table.
 
     python benchmarks/quality_incremental_locomo.py --data ../shared/data/locomo \
-        --out benchmarks/results/quality_incremental_locomo.json
+        --out benchmarks/results/quality_incremental_conversations.json
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--resamples", type=int, default=2000)
     parser.add_argument("--cache-dir", default=None)
     parser.add_argument(
-        "--out", default="benchmarks/results/quality_incremental_locomo.json"
+        "--out", default="benchmarks/results/quality_incremental_conversations.json"
     )
     args = parser.parse_args(argv)
 
