@@ -60,7 +60,7 @@ def simulate(
     from earm_jax import report
     from earm_jax.study import SimulationSettings, run_simulation, simulation_report
 
-    console = Console()
+    console = Console(width=max(Console().width, 140))
     if from_json is not None:
         settings = SimulationSettings.from_json(
             json.loads(from_json.read_text())["config"]
