@@ -13,8 +13,6 @@ stand-in (not an LLM).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 from pathlib import Path
 
@@ -24,11 +22,13 @@ import numpy as np
 
 import earm_jax as ej
 from earm_jax import stats
-from earm_jax.cli.output import machine, versions
 from earm_jax.compare import evaluate_policies
 from earm_jax.embed import Embedder
 from earm_jax.locomo import EvidenceNoise, build_streams, load_locomo
 from earm_jax.locomo.evaluate import pad_and_stack
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._common import metadata, write_json  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -90,16 +90,12 @@ def main(argv: list[str] | None = None) -> dict:
     payload = {
         "benchmark": "completion on top of Top-similarity anchors "
         "(evidence stand-in scorer, not an LLM)",
-        "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
+        "meta": metadata(argv),
         "config": vars(args),
-        "machine": {**machine(), "load_average_1_5_15": os.getloadavg()},
-        "versions": versions(),
         "num_labelled_queries": int(labelled.sum()),
         "results": rows,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(payload, indent=2) + "\n")
+    out = write_json(payload, args.out)
     print(f"wrote {out}")
     return payload
 

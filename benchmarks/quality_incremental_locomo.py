@@ -12,9 +12,6 @@ conversations. Writes JSON (machine, versions, command) and prints a table.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -22,10 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from earm_jax import stats
-from earm_jax.cli.output import machine, versions
 from earm_jax.embed import Embedder
 from earm_jax.locomo import EvidenceNoise, build_streams, load_locomo
 from earm_jax.locomo.evaluate import LocomoRunSettings, evaluate_streams
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._common import metadata, write_json  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -108,17 +107,13 @@ def main(argv: list[str] | None = None) -> dict:
     payload = {
         "benchmark": "incremental vs als on LoCoMo "
         "(evidence stand-in scorer, not an LLM)",
-        "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
+        "meta": metadata(argv),
         "config": vars(args),
-        "machine": {**machine(), "load_average_1_5_15": os.getloadavg()},
-        "versions": {**versions(), "python": platform.python_version()},
         "seconds_per_solver": seconds,
         "num_labelled_queries": int(labelled.sum()),
         "mixed": rows,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(payload, indent=2) + "\n")
+    out = write_json(payload, args.out)
     print(f"seconds: {seconds}; wrote {out}")
     return payload
 

@@ -133,6 +133,20 @@ def summarize(
     }
 
 
+def add_cluster_cis(summary: dict, clustered: dict, label: str) -> None:
+    """Copies the CIs of a cluster-bootstrap summary into ``summary`` as ``label``.
+
+    Both come from :func:`summarize` on the same data (e.g. ``clusters=None``
+    and ``clusters=stream ids``); every ``{"mean", "ci"}`` entry of ``summary``
+    gains ``label: [low, high]`` from ``clustered``.
+    """
+    for section in ("results", "contrasts", "gain_recovery_by_policy"):
+        for name, row in summary[section].items():
+            for metric, value in row.items():
+                if isinstance(value, dict) and "ci" in value:
+                    value[label] = clustered[section][name][metric]["ci"]
+
+
 def per_group(
     metrics: Mapping[str, Mapping[str, np.ndarray]],
     has_relevant: np.ndarray,
@@ -172,4 +186,4 @@ def per_group(
     return out
 
 
-__all__ = ["CONTRASTS", "metric_names", "per_group", "summarize"]
+__all__ = ["CONTRASTS", "add_cluster_cis", "metric_names", "per_group", "summarize"]

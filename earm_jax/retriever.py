@@ -36,7 +36,7 @@ import numpy as np
 from earm_jax.base import Observation, Query
 from earm_jax.grow import NOT_INSERTED, grow_state
 from earm_jax.incremental import IncrementalStats
-from earm_jax.policies import paper_policy, stage_schedule
+from earm_jax.policies import paper_policy
 from earm_jax.policies.budget import PAPER_STAGE_RATIOS
 from earm_jax.policies.rerank import top_k_context
 from earm_jax.scoring.base import Scorer
@@ -181,9 +181,8 @@ class OnlineRetriever:
         return paper_policy(
             pool_size=self.config.pool_size,
             high_fraction=self.config.high_fraction,
-            budget=stage_schedule(
-                self.config.pool_size, self.config.block_size, self.config.stage_ratios
-            ),
+            block_size=self.config.block_size,
+            stage_ratios=self.config.stage_ratios,
         )
 
     def _solver(self) -> OnlineSolver:

@@ -195,7 +195,7 @@ def simulation_report(
         np.arange(has_relevant.shape[0])[:, None], has_relevant.shape
     )
     by_stream = report.summarize(metrics, has_relevant, clusters=stream_ids, **common)
-    _merge_stream_cis(by_query, by_stream)
+    report.add_cluster_cis(by_query, by_stream, "ci_streams")
     stage = np.minimum(
         np.arange(settings.queries) // settings.block_size,
         len(settings.stage_ratios) - 1,
@@ -208,15 +208,6 @@ def simulation_report(
         ).items()
     }
     return by_query
-
-
-def _merge_stream_cis(by_query: dict, by_stream: dict) -> None:
-    for section in ("results", "contrasts", "gain_recovery_by_policy"):
-        for name, row in by_query[section].items():
-            for metric, value in row.items():
-                if isinstance(value, dict) and "ci" in value:
-                    value["ci_streams"] = by_stream[section][name][metric]["ci"]
-    by_query["gain_recovery"] = by_query["gain_recovery_by_policy"].get("mixed", {})
 
 
 __all__ = ["SimulationSettings", "run_simulation", "simulation_report"]

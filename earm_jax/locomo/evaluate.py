@@ -22,7 +22,7 @@ from earm_jax.base import Query, Stream
 from earm_jax.compare import compare_policies, evaluate_policies
 from earm_jax.grow import NOT_INSERTED
 from earm_jax.locomo.streams import LocomoStream, StreamArrays
-from earm_jax.policies import paper_policy, stage_schedule
+from earm_jax.policies import paper_policy
 from earm_jax.policies.budget import PAPER_STAGE_RATIOS
 from earm_jax.scoring.base import Scorer
 from earm_jax.solver import SolverConfig
@@ -126,7 +126,8 @@ def _policy(config: SolverConfig, run: LocomoRunSettings):
     return paper_policy(
         pool_size=config.pool_size,
         high_fraction=run.high_fraction,
-        budget=stage_schedule(config.pool_size, run.block_size, run.stage_ratios),
+        block_size=run.block_size,
+        stage_ratios=run.stage_ratios,
     )
 
 

@@ -62,13 +62,7 @@ def locomo_summary(
         num_resamples=num_resamples,
         seed=seed,
     )
-    for section in ("results", "contrasts", "gain_recovery_by_policy"):
-        for name, row in summary[section].items():
-            for metric, value in row.items():
-                if isinstance(value, dict) and "ci" in value:
-                    value["ci_conversations"] = by_conversation[section][name][metric][
-                        "ci"
-                    ]
+    report.add_cluster_cis(summary, by_conversation, "ci_conversations")
     summary["num_unlabelled_queries"] = int((~has_relevant).sum())
     summary["per_category"] = _group_table(
         per_query, per_query.category, num_resamples, seed
