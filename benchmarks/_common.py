@@ -2,81 +2,35 @@
 
 from __future__ import annotations
 
-import importlib.metadata
-import json
 import os
-import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from earm_jax.jobs.metadata import provenance
+from earm_jax.jobs.metadata import write_json as write_result
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "benchmarks" / "results"
 
 
-def _version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def metadata(argv: list[str] | None = None) -> dict:
-    """Device, versions, command line, machine load: what makes a number comparable."""
-    import jax
-
-    devices = jax.devices()
-    try:
-        load = os.getloadavg()
-    except OSError:
-        load = None
-    return {
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "command": " ".join([sys.executable.split("/")[-1]] + (argv or sys.argv)),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "load_average_1_5_15": load,
-        "jax_backend": jax.default_backend(),
-        "devices": [str(d) for d in devices],
-        "device_kind": devices[0].device_kind,
-        "num_devices": len(devices),
-        "versions": {
-            name: _version(name)
-            for name in ("jax", "jaxlib", "numpy", "scikit-surprise", "earm_jax")
-        },
-        "xla_flags": os.environ.get("XLA_FLAGS"),
-    }
+    """Commit, date, command, versions, machine and load (the shared provenance)."""
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    return provenance("python", [sys.argv[0], *arguments])
 
 
 def write_json(payload: dict, path: str | Path | None) -> Path | None:
     """Writes ``payload`` to ``path`` (and to ``$OUT`` when that is set)."""
-    written = None
-    if path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(payload, indent=2, default=_jsonable) + "\n")
-        written = path
+    if not path:
+        return None
+    written = write_result(path, payload)
     out = os.environ.get("OUT")
-    if out and path:
-        target = Path(out) / Path(path).name
-        target.write_text(json.dumps(payload, indent=2, default=_jsonable) + "\n")
+    if out:
+        write_result(Path(out) / Path(path).name, payload)
     return written
-
-
-def _jsonable(value):
-    try:
-        import numpy as np
-
-        if isinstance(value, np.generic):
-            return value.item()
-        if isinstance(value, np.ndarray):
-            return value.tolist()
-    except ImportError:  # pragma: no cover
-        pass
-    return str(value)
 
 
 def time_call(

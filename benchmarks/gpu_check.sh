@@ -30,8 +30,8 @@ PY
 
 # 1. correctness on the device (about 2-3 minutes, mostly compilation).
 timeout 240 "$PY" -m pytest -q -x -p no:cacheprovider \
-  tests/test_solver_reference.py tests/test_causality.py \
-  tests/test_batch_and_compilation.py tests/test_incremental.py \
+  tests/core/test_solver_reference.py tests/core/test_causality.py \
+  tests/core/test_batch_and_compilation.py tests/core/test_incremental.py \
   2>&1 | tee "$OUT/gpu_tests.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 

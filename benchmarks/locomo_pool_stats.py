@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from earm_jax.embed import Embedder
 from earm_jax.locomo.data import FAULT_KINDS, fault_counts, load_locomo
 from earm_jax.locomo.memories import SETTINGS
 from earm_jax.locomo.streams import LocomoStream, build_streams
+from earm_jax.store.embeddings import Embedder
 
 
 def default_data_dir() -> Path:

@@ -4,10 +4,10 @@ What someone would write without JAX: one stream at a time, one query at a
 time, the history as NumPy arrays sliced to the ``t`` rows it holds (so the
 ``als`` refit costs ``O(t)``, unlike the fixed-capacity JAX buffer), the block
 solves with batched ``np.linalg.solve``, the per-memory sums with
-``np.add.at``. Same model, same order of operations as ``earm_jax.solver``
+``np.add.at``. Same model, same order of operations as ``earm_jax.core.online``
 (refit on the history, exact fold-in, completion, then the anchors join the
-history) and, for ``"incremental"``, as ``earm_jax.incremental``. Float32 like
-the JAX path.
+history) and, for ``"incremental"``, as ``earm_jax.core.solvers.incremental``.
+Float32 like the JAX path.
 
 The anchors are given (``anchors[T, N]``, e.g. ``StepInfo.anchors`` of a JAX
 run), so the two paths see the same observations and their completions can be

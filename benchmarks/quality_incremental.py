@@ -6,7 +6,7 @@ budget, never on the model), so every difference is the completion's. Per
 query: RMSE of the completion on the unobserved usable candidates (against the
 scorer's answers there), and Recall@10 / nDCG@10 of the mixed ranking
 (``StepInfo.scores``) against ``stream.relevant``. Paired bootstrap CIs of the
-differences resample whole streams (``earm_jax.stats.contrast_ci``).
+differences resample whole streams (``earm_jax.eval.stats.contrast_ci``).
 
     python benchmarks/quality_incremental.py \
         --out benchmarks/results/quality_incremental_cpu.json
@@ -27,8 +27,8 @@ sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]
 
 import earm_jax as ej  # noqa: E402
 from benchmarks._common import metadata, print_table, write_json  # noqa: E402
-from earm_jax import metrics, stats  # noqa: E402
-from earm_jax.simulate import SimConfig, make_streams  # noqa: E402
+from earm_jax.eval import metrics, stats  # noqa: E402
+from earm_jax.eval.simulate import SimConfig, make_streams  # noqa: E402
 
 
 def per_query(stream: ej.Stream, infos: ej.StepInfo, k: int = 10) -> dict:

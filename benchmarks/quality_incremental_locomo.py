@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from earm_jax import stats
-from earm_jax.embed import Embedder
+from earm_jax.eval import stats
 from earm_jax.locomo import EvidenceNoise, build_streams, load_locomo
 from earm_jax.locomo.evaluate import LocomoRunSettings, evaluate_streams
+from earm_jax.store.embeddings import Embedder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import metadata, write_json  # noqa: E402

@@ -81,6 +81,10 @@ class Stream(NamedTuple):
     category: Array | None = None
 
 
+NOT_INSERTED = 2**31 - 1
+"""``insert_time`` of a memory row that holds no memory yet (int32 max): never
+usable, however many queries pass."""
+
 BudgetFn = Callable[[ArrayLike], Array]
 """``count -> int32[]``: the direct-scoring budget of query number ``count``."""
 
@@ -105,6 +109,7 @@ class Policy(NamedTuple):
 
 
 __all__ = [
+    "NOT_INSERTED",
     "AnchorFn",
     "BudgetFn",
     "Observation",

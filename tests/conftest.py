@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# Test helpers (planted.py, reference_numpy.py, locomo_facts.py) live here and
+# are imported by tests in the subfolders that mirror the package.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def locomo_dir() -> Path:

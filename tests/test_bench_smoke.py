@@ -30,7 +30,8 @@ def test_bench_solver_smoke_writes_json(tmp_path):
     )
     written = json.loads(out.read_text())
     assert written["meta"]["versions"]["jax"]
-    assert written["meta"]["load_average_1_5_15"] is not None
+    assert written["meta"]["machine"]["load_average_1_5_15"] is not None
+    assert written["meta"]["git_commit"] and written["meta"]["date"]
     (row,) = payload["numpy"]["rows"]
     # The NumPy loop is the same math: completions agree with the JAX run.
     assert row["max_abs_completion_difference"] < 1e-4, row

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from earm_jax.cli import output
+from earm_jax.jobs.metadata import write_json
 
 
 def _floats(text: str, name: str) -> list[float]:
@@ -100,7 +101,7 @@ def locomo(
     plot: Annotated[Path | None, typer.Option(help="Write a PNG here.")] = None,
 ) -> None:
     """Run all seven policies per LoCoMo conversation and report them with CIs."""
-    from earm_jax.locomo.job import LocomoJob, run_locomo_job
+    from earm_jax.jobs.locomo import LocomoJob, run_locomo_job
 
     console = Console(width=max(Console().width, 140))
     data = data or (
@@ -198,10 +199,10 @@ def locomo(
         for row in payload["answers"]["by_policy"].items():
             console.print(f"answer accuracy {row[0]}: {row[1]}")
     if json_path is not None:
-        output.write_json(json_path, payload)
+        write_json(json_path, payload)
         console.print(f"wrote {json_path}")
     if plot is not None:
-        from earm_jax.locomo.job import plot_first_run
+        from earm_jax.jobs.locomo import plot_first_run
 
         plot_first_run(payload, first_per_query, plot)
         console.print(f"wrote {plot}")

@@ -1,60 +1,13 @@
-"""Shared output of the CLI commands: run metadata, JSON files, result tables."""
+"""Result tables of the CLI commands.
+
+Run metadata and JSON files: :mod:`earm_jax.jobs.metadata`.
+"""
 
 from __future__ import annotations
 
-import json
-import os
-import platform
-import sys
-from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 from rich.table import Table
-
-VERSIONED_PACKAGES = (
-    "earm_jax",
-    "jax",
-    "jaxlib",
-    "optax",
-    "numpy",
-    "scipy",
-    "sentence-transformers",
-    "torch",
-)
-
-
-def versions() -> dict[str, str]:
-    """Versions of Python and the packages that change results."""
-    found = {"python": platform.python_version()}
-    for name in VERSIONED_PACKAGES:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return found
-
-
-def machine() -> dict[str, Any]:
-    """What ran it: platform, CPU count, JAX backend and devices."""
-    import jax
-
-    return {
-        "platform": platform.platform(),
-        "processor": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "jax_backend": jax.default_backend(),
-        "devices": [str(device) for device in jax.devices()],
-    }
-
-
-def command_line() -> str:
-    return " ".join(["earm", *sys.argv[1:]])
-
-
-def write_json(path: Path, payload: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
 
 
 def _number(value: float | None) -> str:

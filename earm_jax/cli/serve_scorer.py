@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from ..serve import ServerStartError, VllmServerConfig, start_server
+from earm_jax.scoring.serve import ServerStartError, VllmServerConfig, start_server
 
 
 def register(app: typer.Typer) -> None:

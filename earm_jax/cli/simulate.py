@@ -11,10 +11,11 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from earm_jax.cli import output
+from earm_jax.jobs.metadata import provenance, write_json
 
 EVIDENCE_NOTE = (
     "Scorer: simulated (truth + noise + miscalibration), not an LLM. "
-    "Streams: synthetic (earm_jax.simulate)."
+    "Streams: synthetic (earm_jax.eval.simulate)."
 )
 
 
@@ -57,8 +58,12 @@ def simulate(
     ] = None,
 ) -> None:
     """Run all seven policies on simulated streams and print policy x metric."""
-    from earm_jax import report
-    from earm_jax.study import SimulationSettings, run_simulation, simulation_report
+    from earm_jax.eval import report
+    from earm_jax.jobs.simulation import (
+        SimulationSettings,
+        run_simulation,
+        simulation_report,
+    )
 
     console = Console(width=max(Console().width, 140))
     if from_json is not None:
@@ -123,18 +128,16 @@ def simulate(
     payload = {
         "config": settings.to_json(),
         "seeds": [settings.seed],
-        "versions": output.versions(),
-        "machine": output.machine(),
-        "command": output.command_line(),
+        **provenance(),
         "scorer": "simulated stand-in (not an LLM)",
         "seconds": timing["seconds"],
         **summary,
     }
     if json_path is not None:
-        output.write_json(json_path, payload)
+        write_json(json_path, payload)
         console.print(f"wrote {json_path}")
     if plot is not None:
-        from earm_jax.plots import policy_figure
+        from earm_jax.jobs.plots import policy_figure
 
         policy_figure(
             metrics,

@@ -18,27 +18,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from earm_jax.base import Query, Stream
-from earm_jax.compare import compare_policies, evaluate_policies
-from earm_jax.grow import NOT_INSERTED
+from earm_jax.base import NOT_INSERTED, Query, Stream
+from earm_jax.core.config import SolverConfig
+from earm_jax.eval.compare import compare_policies, evaluate_policies
 from earm_jax.locomo.streams import LocomoStream, StreamArrays
-from earm_jax.policies import paper_policy
-from earm_jax.policies.budget import PAPER_STAGE_RATIOS
 from earm_jax.scoring.base import Scorer
-from earm_jax.solver import SolverConfig
+from earm_jax.settings import EarmSettings
 
 
 @dataclasses.dataclass(frozen=True)
-class LocomoRunSettings:
-    """Solver and policy settings of one LoCoMo run (recorded in the JSON)."""
+class LocomoRunSettings(EarmSettings):
+    """Solver and policy settings of one LoCoMo run (recorded in the JSON):
+    :class:`~earm_jax.settings.EarmSettings` and the cut-offs ``ks``."""
 
-    rank: int = 8
-    l2: float = 0.1
-    solver: str = "als"
-    num_sweeps: int = 3
-    high_fraction: float = 0.1
-    block_size: int = 10
-    stage_ratios: tuple[float, ...] = PAPER_STAGE_RATIOS
     ks: tuple[int, ...] = (10, 20)
 
 
@@ -123,12 +115,7 @@ def pad_and_stack(arrays: Sequence[StreamArrays]) -> tuple[Stream, np.ndarray]:
 
 
 def _policy(config: SolverConfig, run: LocomoRunSettings):
-    return paper_policy(
-        pool_size=config.pool_size,
-        high_fraction=run.high_fraction,
-        block_size=run.block_size,
-        stage_ratios=run.stage_ratios,
-    )
+    return run.policy(config.pool_size)
 
 
 @functools.lru_cache(maxsize=16)
@@ -162,16 +149,7 @@ def _contexts_job(config: SolverConfig, run: LocomoRunSettings, k: int) -> Calla
 
 def _config_for(batch: Stream, run: LocomoRunSettings) -> SolverConfig:
     _, num_queries, pool = batch.scores.shape
-    return SolverConfig(
-        num_memories=int(batch.insert_time.shape[1]),
-        capacity=num_queries,
-        pool_size=pool,
-        max_budget=pool,
-        rank=run.rank,
-        l2=run.l2,
-        solver=run.solver,
-        num_sweeps=run.num_sweeps,
-    )
+    return run.solver_config(int(batch.insert_time.shape[1]), num_queries, pool)
 
 
 def _stream_keys(seed: int, num_streams: int) -> jax.Array:

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from earm_jax import report
+from earm_jax.eval import report
 from earm_jax.locomo.evaluate import PerQuery
 
 CONTRASTS_BY_GROUP = (

@@ -3,7 +3,7 @@
 For each query (a category 1-4 question, in file order) the pool is the top
 ``pool_size`` inserted memories by cosine similarity of normalized embeddings,
 in descending order (ties: lower row first). Pools shorter than ``pool_size``
-are padded like :mod:`earm_jax.simulate` pads them: ``valid = False``,
+are padded like :mod:`earm_jax.eval.simulate` pads them: ``valid = False``,
 ``candidates = 0``, ``similarity = -inf``, ``scores = 0``, ``relevant = False``.
 
 A conversation becomes a :class:`LocomoStream`: the numpy arrays of an
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Protocol
 
 import jax.numpy as jnp
 import numpy as np
@@ -37,17 +36,10 @@ from earm_jax.locomo.memories import (
     insertion_times,
 )
 from earm_jax.scoring.base import ScorerIdentity
+from earm_jax.store.embeddings import IdentifiedEmbedder
 
 POOL_SIZE = 200
 """``N``: candidates per query (DESIGN §1)."""
-
-
-class TextEmbedder(Protocol):
-    """What the stream builder needs from :class:`earm_jax.embed.Embedder`."""
-
-    identity: str
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,7 +270,7 @@ def stream_arrays(
 
 def build_streams(
     conversations: Sequence[Conversation],
-    embedder: TextEmbedder,
+    embedder: IdentifiedEmbedder,
     *,
     setting: Setting = "turns",
     pool_size: int = POOL_SIZE,
@@ -289,7 +281,7 @@ def build_streams(
 
     Args:
       conversations: loaded conversations.
-      embedder: e.g. :class:`earm_jax.embed.Embedder` (cached).
+      embedder: e.g. :class:`earm_jax.store.embeddings.Embedder` (cached).
       setting: ``"turns"`` (primary) or ``"observations"``.
       pool_size: ``N``.
       insertion: when memories enter (default: all before the first query).
@@ -332,7 +324,7 @@ def build_streams(
 
 def build_stream(
     conversation: Conversation,
-    embedder: TextEmbedder,
+    embedder: IdentifiedEmbedder,
     *,
     setting: Setting = "turns",
     pool_size: int = POOL_SIZE,
@@ -355,7 +347,6 @@ __all__ = [
     "LocomoStream",
     "StreamArrays",
     "StreamMetadata",
-    "TextEmbedder",
     "build_stream",
     "build_streams",
     "candidate_pools",

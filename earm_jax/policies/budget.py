@@ -65,13 +65,16 @@ def constant_budget(budget: int) -> BudgetFn:
     return schedule
 
 
-def scaled_schedule(schedule: BudgetFn, scale: float, pool_size: int) -> BudgetFn:
+def scaled_schedule(schedule: BudgetFn, scale: ArrayLike, pool_size: int) -> BudgetFn:
     """``schedule`` times ``scale``, rounded and clipped to ``[0, pool_size]``.
+
+    ``scale`` may be a traced value (a budget sweep then reuses one compiled
+    program); a concrete negative scale is refused here.
 
     >>> int(scaled_schedule(stage_schedule(200), 0.5, 200)(40))
     18
     """
-    if scale < 0:
+    if isinstance(scale, int | float) and scale < 0:
         raise ValueError(f"scale must be >= 0, got {scale!r}")
 
     def scaled(count: ArrayLike) -> Array:

@@ -1,20 +1,13 @@
-"""Mixed reranking (DESIGN §2.7): direct scores where observed, else completions."""
+"""Mixed reranking (DESIGN §2.7): direct scores where observed, else completions;
+the answer context in chronological order."""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 
+from earm_jax.core.model import mixed_scores as mixed_scores
 from earm_jax.types import Array, ArrayLike
-
-
-def mixed_scores(
-    completed: ArrayLike, values: ArrayLike, observed: ArrayLike, usable: ArrayLike
-) -> Array:
-    """``float32[N]``: ``values`` where observed (authoritative), ``completed``
-    elsewhere, ``-inf`` where the candidate is not usable."""
-    scores = jnp.where(observed, values, completed)
-    return jnp.where(usable, scores, -jnp.inf)
 
 
 def top_k_context(

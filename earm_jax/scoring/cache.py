@@ -10,12 +10,13 @@ retriever's state; ``":memory:"`` gives a throwaway cache.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
+
+from earm_jax.store.hashing import text_sha256
 
 from .base import PairScore, Scorer, ScorerIdentity
 
@@ -31,11 +32,6 @@ CREATE TABLE IF NOT EXISTS scores (
   PRIMARY KEY (scorer_key, prompt_version, query_sha256, memory_sha256)
 )
 """
-
-
-def text_sha256(text: str) -> str:
-    """Hex SHA-256 of a text's UTF-8 bytes."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,7 +29,6 @@ import asyncio
 import collections
 import dataclasses
 import math
-import os
 import random
 import threading
 import time
@@ -41,10 +40,19 @@ import httpx
 
 from . import prompts
 from .base import PairScore, ScorerIdentity
+from .http import (
+    API_KEY_ENV_VARS,
+    Attempt,
+    RetriesExhausted,
+    RetryPolicy,
+    failure_from_error,
+    failure_from_response,
+    read_api_key,
+    retry_async,
+)
 
 Mode = Literal["yesno", "rerank", "chat", "text"]
 MODES: tuple[str, ...] = ("yesno", "rerank", "chat", "text")
-API_KEY_ENV_VARS: tuple[str, ...] = ("EARM_SCORER_API_KEY", "OPENAI_API_KEY")
 
 _PROMPT_VERSIONS = {
     "yesno": prompts.YESNO_PROMPT_VERSION,
@@ -201,43 +209,6 @@ class ScorerCounters:
         }
 
 
-def backoff_delay(
-    attempt: int,
-    base_s: float,
-    max_s: float,
-    retry_after_s: float | None = None,
-    rng: random.Random | None = None,
-) -> float:
-    """Seconds to wait before retry number ``attempt`` (0-based).
-
-    Exponential with full jitter, ``uniform(0, min(max_s, base_s * 2**attempt))``;
-    a server's ``Retry-After`` is honoured but capped at ``max_s``.
-    """
-    if retry_after_s is not None and retry_after_s >= 0:
-        return min(retry_after_s, max_s)
-    ceiling = min(max_s, base_s * (2.0**attempt))
-    return (rng or random).uniform(0.0, ceiling)
-
-
-def _retry_after_seconds(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        return None
-
-
-def read_api_key(env_vars: Sequence[str]) -> str | None:
-    """The first non-empty API key among ``env_vars`` (never logged)."""
-    for name in env_vars:
-        value = os.environ.get(name)
-        if value:
-            return value
-    return None
-
-
 class _RequestFailed(Exception):
     """A request failed for good; ``reason`` is what its pairs report."""
 
@@ -289,6 +260,9 @@ class VllmScorer:
         self._in_flight = 0
         self._wait_started = 0.0
         self._rng = random.Random(0)
+        self._retry_policy = RetryPolicy(
+            config.max_retries, config.backoff_base_s, config.backoff_max_s
+        )
         self._headers = {"Content-Type": "application/json"}
         api_key = read_api_key(config.api_key_env)
         if api_key:
@@ -327,24 +301,19 @@ class VllmScorer:
     ) -> httpx.Response:
         assert self._client is not None
         url = self.config.root_url + path
-        last_error: Exception | None = None
-        for attempt in range(self.config.max_retries + 1):
+
+        async def attempt() -> Attempt:
             try:
-                return await self._client.request(method, path, json=json_body)
+                return Attempt(await self._client.request(method, path, json=json_body))
             except (httpx.TransportError, httpx.TimeoutException) as error:
-                last_error = error
-                if attempt < self.config.max_retries:
-                    await asyncio.sleep(
-                        backoff_delay(
-                            attempt,
-                            self.config.backoff_base_s,
-                            self.config.backoff_max_s,
-                            rng=self._rng,
-                        )
-                    )
-        raise ScorerConfigError(
-            f"cannot reach the scoring server at {url}: {type(last_error).__name__}"
-        )
+                return Attempt(failure=type(error).__name__, retriable=True)
+
+        try:
+            return await retry_async(attempt, self._retry_policy, self._rng)
+        except RetriesExhausted as error:
+            raise ScorerConfigError(
+                f"cannot reach the scoring server at {url}: {error.reason}"
+            ) from None
 
     async def _check_server(self) -> None:
         config = self.config
@@ -516,9 +485,8 @@ class VllmScorer:
         """POSTs with timeout, bounded retries and backoff; returns parsed JSON."""
         assert self._client is not None and self._semaphore is not None
         config = self.config
-        attempt = 0
-        while True:
-            retry_after: float | None = None
+
+        async def attempt() -> Attempt:
             async with self._semaphore:
                 self._begin_wait()
                 started = time.perf_counter()
@@ -526,48 +494,30 @@ class VllmScorer:
                 self.counters.pairs_sent += num_pairs
                 try:
                     response = await self._client.post(path, json=body)
-                    failure = None
-                except httpx.TimeoutException as error:
-                    retriable = config.retry_timeouts or isinstance(
-                        error, httpx.ConnectTimeout
-                    )
-                    failure = ("timeout", retriable)
-                except httpx.TransportError as error:
-                    failure = (f"connection: {type(error).__name__}", True)
+                except (httpx.TimeoutException, httpx.TransportError) as error:
+                    return failure_from_error(error, config.retry_timeouts)
                 finally:
                     self.counters.request_latencies_s.append(
                         time.perf_counter() - started
                     )
                     self._end_wait()
-            if failure is None:
-                status = response.status_code
-                if status == 200:
-                    try:
-                        return response.json()
-                    except ValueError as error:
-                        raise _RequestFailed(
-                            "bad response: not JSON", "bad response"
-                        ) from error
-                detail = _error_detail(response)
-                failure = (
-                    f"http {status}: {detail}".rstrip(": "),
-                    status == 429 or status >= 500,
-                )
-                retry_after = _retry_after_seconds(response)
-            reason, retriable = failure
-            if not retriable or attempt >= config.max_retries:
-                raise _RequestFailed(reason, _reason_class(reason))
-            await asyncio.sleep(
-                backoff_delay(
-                    attempt,
-                    config.backoff_base_s,
-                    config.backoff_max_s,
-                    retry_after,
-                    self._rng,
-                )
-            )
-            attempt += 1
+            if response.status_code != 200:
+                return failure_from_response(response)
+            try:
+                return Attempt(response.json())
+            except ValueError:
+                # A 200 that is not JSON: the server is broken, not busy.
+                return Attempt(failure="bad response: not JSON")
+
+        def count_retry() -> None:
             self.counters.retries += 1
+
+        try:
+            return await retry_async(
+                attempt, self._retry_policy, self._rng, on_retry=count_retry
+            )
+        except RetriesExhausted as error:
+            raise _RequestFailed(error.reason, _reason_class(error.reason)) from None
 
     def _begin_wait(self) -> None:
         if self._in_flight == 0:
@@ -682,19 +632,6 @@ class VllmScorer:
         return _normalised_yes(table.get(yes_key), table.get(no_key))
 
 
-def _error_detail(response: httpx.Response) -> str:
-    try:
-        payload = response.json()
-    except ValueError:
-        return ""
-    if isinstance(payload, dict):
-        error = payload.get("error", payload.get("message", payload.get("detail", "")))
-        if isinstance(error, dict):
-            error = error.get("message", "")
-        return str(error)[:200]
-    return ""
-
-
 def _reason_class(reason: str) -> str:
     """``"http 503: busy"`` -> ``"http 503"``; ``"parse: ..."`` -> ``"parse"``."""
     return reason.split(":")[0]
@@ -773,7 +710,5 @@ __all__ = [
     "ScorerCounters",
     "VllmScorer",
     "VllmScorerConfig",
-    "backoff_delay",
     "connect",
-    "read_api_key",
 ]

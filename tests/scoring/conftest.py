@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from earm_jax.serve import VllmServer, VllmServerConfig, running_servers
+from earm_jax.scoring.serve import VllmServer, VllmServerConfig, running_servers
 
 from .tiny_models import build_all
 

@@ -15,7 +15,7 @@ import typer
 from typer.testing import CliRunner
 
 from earm_jax.cli import locomo as locomo_command
-from earm_jax.compare import POLICIES
+from earm_jax.eval.compare import POLICIES
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.locomo]
 

@@ -9,7 +9,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from earm_jax.answer import (
+from earm_jax.cli.serve_scorer import register
+from earm_jax.scoring.answer import (
     AnswerClientConfig,
     ChatEndpoint,
     accuracy_with_ci,
@@ -17,8 +18,7 @@ from earm_jax.answer import (
     answer_messages,
     parse_verdict,
 )
-from earm_jax.cli.serve_scorer import register
-from earm_jax.serve import ServerStartError, VllmServerConfig, start_server
+from earm_jax.scoring.serve import ServerStartError, VllmServerConfig, start_server
 
 from .stub_server import StubServer
 

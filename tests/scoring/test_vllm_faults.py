@@ -10,11 +10,11 @@ import time
 
 import pytest
 
+from earm_jax.scoring.http import backoff_delay
 from earm_jax.scoring.vllm import (
     ScorerConfigError,
     VllmScorer,
     VllmScorerConfig,
-    backoff_delay,
 )
 
 from .stub_server import StubServer, expected_yes, yesno_completion

@@ -22,10 +22,10 @@ import time
 import httpx
 import pytest
 
-from earm_jax.answer import AnswerClientConfig, ChatEndpoint, answer_and_judge
 from earm_jax.scoring import CachedScorer, ScoreCache, prompts
+from earm_jax.scoring.answer import AnswerClientConfig, ChatEndpoint, answer_and_judge
+from earm_jax.scoring.serve import start_server
 from earm_jax.scoring.vllm import ScorerConfigError, VllmScorer, VllmScorerConfig
-from earm_jax.serve import start_server
 
 from .conftest import CROSS_ENCODER_NAME, LLM_NAME, finished_requests, server_config
 from .reference import CausalLmReference, CrossEncoderReference

@@ -1,0 +1,226 @@
+"""The solver's static configuration, its carried state, and their validation.
+
+Every solver algorithm (:mod:`earm_jax.core.solvers`) and every driver shares
+these types; nothing here computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax.numpy as jnp
+
+from earm_jax.base import Observation, Policy, Query, StepInfo
+from earm_jax.types import Array, ArrayLike, PRNGKey
+
+
+class SolverConfig(NamedTuple):
+    """Static configuration: shapes and hyperparameters (closed over, never traced).
+
+    Attributes:
+      num_memories: ``M``, rows of the experience matrix.
+      capacity: ``Q``, how many queries the history holds.
+      pool_size: ``N``, candidates per query.
+      max_budget: ``K``, the most anchors one query may store (``<= pool_size``).
+      rank: ``R``, latent dimension; 0 gives the bias-only model.
+      l2: ridge penalty :math:`\\lambda` on biases and factors (paper: 0.1).
+      solver: ``"als"`` (alternating closed-form ridge solves), ``"gradient"``
+        (optax Adam steps on the same masked loss) or ``"incremental"`` (the
+        same block solves over a bounded block per query, from per-memory
+        sufficient statistics: constant cost per query, see
+        :mod:`earm_jax.core.solvers.incremental`); any name registered in
+        :data:`earm_jax.core.solvers.SOLVERS`.
+      num_sweeps: ALS sweeps per query (warm-started), an upper bound when
+        ``tolerance > 0``.
+      tolerance: stop the ALS sweeps early once the relative decrease of the
+        loss is below this (0 = always ``num_sweeps``).
+      num_steps: gradient steps per query for ``solver="gradient"``.
+      learning_rate: Adam step size for ``solver="gradient"``.
+      init_scale: standard deviation of the random initial memory factors.
+      refresh_rows: for ``solver="incremental"``, earlier history rows re-solved
+        (round robin) per query besides the new one.
+      clip_completions: clip completions into the scorer's range [0, 1] in the
+        mixed scores, so no prediction outranks a direct score of 1 (direct
+        scores are authoritative; at equal value the direct score ranks first).
+        ``StepInfo.completed`` stays unclipped.
+    """
+
+    num_memories: int
+    capacity: int
+    pool_size: int
+    max_budget: int
+    rank: int = 8
+    l2: float = 0.1
+    solver: str = "als"
+    num_sweeps: int = 5
+    tolerance: float = 0.0
+    num_steps: int = 20
+    learning_rate: float = 0.05
+    init_scale: float = 0.1
+    refresh_rows: int = 8
+    clip_completions: bool = True
+
+
+class SolverState(NamedTuple):
+    """Everything carried from one query to the next (fixed shapes for a stream).
+
+    Attributes:
+      global_mean: ``float32[]`` :math:`\\mu`.
+      memory_bias: ``float32[M]`` :math:`b_m`.
+      memory_factors: ``float32[M, R]`` :math:`u_m` (used only once a memory has
+        an observation in the history; until then it is the random init).
+      query_bias: ``float32[Q]`` :math:`c_t` per query slot.
+      query_factors: ``float32[Q, R]`` :math:`v_t` per query slot.
+      insert_time: ``int32[M]`` first query index at which each memory exists.
+      obs_index: ``int32[Q, K]`` memory ids observed at each past query.
+      obs_value: ``float32[Q, K]`` their direct scores.
+      obs_mask: ``bool[Q, K]`` which entries of a row hold an observation.
+      memory_count: ``int32[M]`` observations of each memory in the history.
+      count: ``int32[]`` queries seen so far (the next query's index).
+      solver_extras: solver-specific carry (the optax state for ``"gradient"``;
+        :class:`~earm_jax.core.solvers.incremental.IncrementalStats` for
+        ``"incremental"``; each algorithm's own NamedTuple, see
+        :mod:`earm_jax.core.solvers`).
+    """
+
+    global_mean: Array
+    memory_bias: Array
+    memory_factors: Array
+    query_bias: Array
+    query_factors: Array
+    insert_time: Array
+    obs_index: Array
+    obs_value: Array
+    obs_mask: Array
+    memory_count: Array
+    count: Array
+    solver_extras: Any = ()
+
+
+class Parameters(NamedTuple):
+    """The model's parameters (a view of the state), as one pytree."""
+
+    global_mean: Array
+    memory_bias: Array
+    memory_factors: Array
+    query_bias: Array
+    query_factors: Array
+
+
+class OnlineSolver(NamedTuple):
+    """The solver's pure functions; build it with :func:`online_solver`.
+
+    Attributes:
+      init: ``(key, insert_time=None) -> SolverState``.
+      select: ``(key, state, query) -> bool[N]`` anchors to score; runs before any
+        score of this query exists.
+      observe: ``(state, query, observation) -> (state, StepInfo)``; refits on the
+        history, folds the query in, completes, then stores the observations.
+      step: ``(key, state, query, scores_row) -> (state, StepInfo)``: ``select``
+        then ``observe`` with the scorer's answers revealed at the anchors only.
+      config: the :class:`SolverConfig`.
+      policy: the :class:`~earm_jax.base.Policy`.
+    """
+
+    init: Callable[..., SolverState]
+    select: Callable[[PRNGKey, SolverState, Query], Array]
+    observe: Callable[[SolverState, Query, Observation], tuple[SolverState, StepInfo]]
+    step: Callable[
+        [PRNGKey, SolverState, Query, ArrayLike], tuple[SolverState, StepInfo]
+    ]
+    config: SolverConfig
+    policy: Policy
+
+
+def validate_config(config: SolverConfig) -> None:
+    """Raises ``ValueError`` naming the first bad field of ``config``."""
+    for name in ("num_memories", "capacity", "pool_size", "max_budget"):
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(
+                f"SolverConfig.{name} must be a positive int, got {value!r}"
+            )
+    if not isinstance(config.rank, int) or config.rank < 0:
+        raise ValueError(f"SolverConfig.rank must be an int >= 0, got {config.rank!r}")
+    if config.max_budget > config.pool_size:
+        raise ValueError(
+            f"SolverConfig.max_budget={config.max_budget} exceeds "
+            f"pool_size={config.pool_size}: a row can never hold more anchors than "
+            "the pool has candidates"
+        )
+    if not config.l2 > 0:
+        raise ValueError(f"SolverConfig.l2 must be > 0, got {config.l2!r}")
+    if not isinstance(config.solver, str):
+        raise ValueError(
+            f"SolverConfig.solver must be a registered solver name, "
+            f"got {config.solver!r}"
+        )
+    for name in ("num_sweeps", "num_steps", "refresh_rows"):
+        value = getattr(config, name)
+        if not isinstance(value, int) or value < 0:
+            raise ValueError(f"SolverConfig.{name} must be an int >= 0, got {value!r}")
+    if config.tolerance < 0:
+        raise ValueError(
+            f"SolverConfig.tolerance must be >= 0, got {config.tolerance!r}"
+        )
+    if not config.learning_rate > 0:
+        raise ValueError(
+            f"SolverConfig.learning_rate must be > 0, got {config.learning_rate!r}"
+        )
+
+
+def check_query(config: SolverConfig, query: Query, name: str = "query") -> None:
+    """Raises ``ValueError`` naming the field when ``query`` has the wrong shape/dtype.
+
+    Shapes and dtypes are static, so this works at trace time under ``jit``.
+    """
+    expected = {
+        "candidates": ((config.pool_size,), jnp.integer),
+        "similarity": ((config.pool_size,), jnp.floating),
+        "valid": ((config.pool_size,), jnp.bool_),
+    }
+    _check_fields(query, expected, name)
+
+
+def check_observation(config: SolverConfig, observation: Observation) -> None:
+    """Raises ``ValueError`` naming the field when ``observation`` is malformed."""
+    expected = {
+        "values": ((config.pool_size,), jnp.floating),
+        "mask": ((config.pool_size,), jnp.bool_),
+    }
+    _check_fields(observation, expected, "observation")
+
+
+def _kind_name(kind) -> str:
+    return "bool" if kind is jnp.bool_ else kind.__name__
+
+
+def _check_fields(value: Any, expected: dict, name: str) -> None:
+    if not isinstance(value, tuple) or not hasattr(value, "_fields"):
+        raise ValueError(
+            f"{name} must be a {type(value).__name__} NamedTuple, got {value!r}"
+        )
+    for field, (shape, kind) in expected.items():
+        leaf = getattr(value, field)
+        leaf_shape = jnp.shape(leaf)
+        leaf_dtype = jnp.result_type(leaf)
+        if leaf_shape != shape:
+            raise ValueError(
+                f"{name}.{field} must have shape {shape}, got {leaf_shape}"
+            )
+        if not jnp.issubdtype(leaf_dtype, kind):
+            raise ValueError(
+                f"{name}.{field} must have a {_kind_name(kind)} dtype, got {leaf_dtype}"
+            )
+
+
+__all__ = [
+    "OnlineSolver",
+    "Parameters",
+    "SolverConfig",
+    "SolverState",
+    "check_observation",
+    "check_query",
+    "validate_config",
+]

@@ -1,0 +1,96 @@
+"""Drivers: ``run`` scans one stream's queries, ``run_batch`` vmaps over streams."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from earm_jax.base import StepInfo, Stream
+from earm_jax.core.config import OnlineSolver, SolverState, check_query
+from earm_jax.types import PRNGKey
+
+
+def check_stream(solver: OnlineSolver, stream: Stream, batched: bool = False) -> None:
+    """Raises ``ValueError`` naming the field when ``stream`` does not fit ``solver``.
+
+    Shapes are static: this runs at trace time, before any state exists.
+    """
+    config = solver.config
+    lead = 2 if batched else 1
+    shape = jnp.shape(stream.scores)
+    if len(shape) != lead + 1:
+        raise ValueError(
+            f"stream.scores must have {lead + 1} dims "
+            f"({'S, ' if batched else ''}T, N), "
+            f"got shape {shape}"
+        )
+    num_queries = shape[lead - 1]
+    if num_queries > config.capacity:
+        raise ValueError(
+            f"stream has {num_queries} queries but SolverConfig.capacity="
+            f"{config.capacity}: raise capacity (the history is a fixed buffer)"
+        )
+    if shape[-1] != config.pool_size:
+        raise ValueError(
+            f"stream.scores must have pool size {config.pool_size} last, "
+            f"got shape {shape}"
+        )
+    if jnp.shape(stream.relevant) != shape:
+        raise ValueError(
+            f"stream.relevant must have shape {shape}, got {jnp.shape(stream.relevant)}"
+        )
+    expected_insert = shape[: lead - 1] + (config.num_memories,)
+    if jnp.shape(stream.insert_time) != expected_insert:
+        raise ValueError(
+            f"stream.insert_time must have shape {expected_insert}, "
+            f"got {jnp.shape(stream.insert_time)}"
+        )
+    one_query = jax.tree.map(lambda leaf: leaf[(0,) * lead], stream.queries)
+    check_query(config, jax.eval_shape(lambda: one_query), name="stream.queries[t]")
+
+
+def run(
+    solver: OnlineSolver, key: PRNGKey, stream: Stream
+) -> tuple[SolverState, StepInfo]:
+    """Runs the solver causally over one stream's queries (``lax.scan``).
+
+    Query ``t`` sees the scorer's answers only at the anchors it selects; its
+    outputs never depend on queries after it.
+
+    Args:
+      solver: from :func:`~earm_jax.online_solver`.
+      key: PRNG key; split into one key per query up front.
+      stream: one stream (leading ``T`` axis on queries and scores).
+
+    Returns:
+      ``(final_state, infos)`` where ``infos`` is a :class:`StepInfo` with a
+      leading ``T`` axis. Jit-able end to end, e.g.
+      ``jax.jit(functools.partial(run, solver))``.
+    """
+    check_stream(solver, stream)
+    init_key, scan_key = jax.random.split(key)
+    num_queries = stream.scores.shape[0]
+    state = solver.init(init_key, stream.insert_time)
+    keys = jax.random.split(scan_key, num_queries)
+
+    def one_query(state, inputs):
+        query_key, query, scores_row = inputs
+        return solver.step(query_key, state, query, scores_row)
+
+    return jax.lax.scan(one_query, state, (keys, stream.queries, stream.scores))
+
+
+def run_batch(
+    solver: OnlineSolver, keys: PRNGKey, streams: Stream
+) -> tuple[SolverState, StepInfo]:
+    """``run`` over a leading stream axis ``S`` (``vmap``); ``keys``: shape ``[S]``."""
+    check_stream(solver, streams, batched=True)
+    if jnp.shape(keys)[:1] != jnp.shape(streams.scores)[:1]:
+        raise ValueError(
+            f"keys must have one key per stream: shape {jnp.shape(keys)} vs "
+            f"{jnp.shape(streams.scores)[0]} streams"
+        )
+    return jax.vmap(lambda key, stream: run(solver, key, stream))(keys, streams)
+
+
+__all__ = ["check_stream", "run", "run_batch"]

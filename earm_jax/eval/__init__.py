@@ -1,0 +1,2 @@
+"""Evaluation, pure and I/O-free: synthetic streams, the seven-policy
+comparison, ranking metrics, bootstrap statistics and result summaries."""

@@ -1,0 +1,198 @@
+"""The seven policies of DESIGN §3 on the same streams, seeds and pools (pure JAX).
+
+Every policy becomes a ranking of each query's pool: a score per candidate (higher
+first) and an eligibility mask (candidates that may enter the context at all).
+``compare_policies`` runs the solver twice (rank ``r`` for Mixed, rank 0 for
+Bias-only) with the same key, so both see exactly the same anchors; the other
+policies need no solver. ``policy_metrics`` turns rankings into per-query metrics.
+
+| policy | calls per query | ranking |
+| --- | --- | --- |
+| ``semantic`` | 0 | similarity |
+| ``full`` | usable candidates | the scorer's answer for every candidate |
+| ``observed`` | ``B_t`` | anchors by answer; the context holds anchors only |
+| ``observed_backfill`` | ``B_t`` | anchors by answer, then similarity order |
+| ``mixed`` | ``B_t`` | answer on anchors, completion elsewhere (EARM) |
+| ``bias_only`` | ``B_t`` | ``mixed`` with rank 0 |
+| ``top_similarity`` | ``B_t`` | the ``B_t`` most similar by answer, then similarity |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from earm_jax.base import Policy, Stream
+from earm_jax.core.config import SolverConfig
+from earm_jax.core.online import online_solver
+from earm_jax.core.run import run
+from earm_jax.eval.metrics import ranking_metrics
+from earm_jax.policies.anchors import top_similarity_anchors
+from earm_jax.types import Array, ArrayLike, PRNGKey
+
+POLICIES = (
+    "semantic",
+    "full",
+    "observed",
+    "observed_backfill",
+    "mixed",
+    "bias_only",
+    "top_similarity",
+)
+
+
+class PolicyRanking(NamedTuple):
+    """One policy's rankings of a stream.
+
+    Attributes:
+      scores: ``float32[T, N]`` ranking scores (higher first).
+      eligible: ``bool[T, N]`` candidates that may enter the ranking.
+      calls: ``int32[T]`` direct-scoring calls paid at each query.
+    """
+
+    scores: Array
+    eligible: Array
+    calls: Array
+
+
+def usable_mask(stream: Stream) -> Array:
+    """``bool[T, N]``: valid candidates whose memory exists at their query."""
+    num_queries = stream.scores.shape[0]
+    inserted = (
+        stream.insert_time[stream.queries.candidates]
+        <= jnp.arange(num_queries)[:, None]
+    )
+    return jnp.asarray(stream.queries.valid, bool) & inserted
+
+
+def anchors_first(answers: ArrayLike, anchors: ArrayLike, fallback: ArrayLike) -> Array:
+    """Scores that put every anchor (by its answer) above every other candidate
+    (by ``fallback``), per query: a lexicographic key as one float."""
+    answers = jnp.asarray(answers, jnp.float32)
+    fallback = jnp.asarray(fallback, jnp.float32)
+    finite_fallback = jnp.where(jnp.isfinite(fallback), fallback, 0.0)
+    top_fallback = jnp.max(finite_fallback, axis=-1, keepdims=True)
+    low_answer = jnp.min(jnp.where(anchors, answers, jnp.inf), axis=-1, keepdims=True)
+    low_answer = jnp.where(jnp.isfinite(low_answer), low_answer, 0.0)
+    offset = top_fallback - low_answer + 1.0
+    return jnp.where(anchors, answers + offset, fallback)
+
+
+def compare_policies(
+    key: PRNGKey, stream: Stream, config: SolverConfig, policy: Policy
+) -> dict[str, PolicyRanking]:
+    """Rankings of all seven policies on one stream (jit-able; vmap over streams).
+
+    Args:
+      key: PRNG key (the same key gives Mixed and Bias-only the same anchors).
+      stream: one stream.
+      config: the solver configuration for Mixed (Bias-only uses ``rank=0``).
+      policy: budget schedule and anchor sampler of the anchored policies
+        (Top-similarity uses the same budget schedule, with top-similarity anchors).
+
+    Returns:
+      ``{policy name: PolicyRanking}`` for every name in :data:`POLICIES`.
+    """
+    usable = usable_mask(stream)
+    answers = jnp.asarray(stream.scores, jnp.float32)
+    similarity = jnp.where(usable, stream.queries.similarity, -jnp.inf)
+    _, mixed = run(online_solver(config, policy), key, stream)
+    _, bias = run(online_solver(config._replace(rank=0), policy), key, stream)
+    anchors = mixed.anchors
+    calls = jnp.sum(anchors, axis=-1, dtype=jnp.int32)
+
+    num_queries = stream.scores.shape[0]
+    budgets = jnp.clip(
+        jax.vmap(policy.budget)(jnp.arange(num_queries)), 0, config.max_budget
+    )
+    top_anchor_fn = top_similarity_anchors()
+    top_anchors = jax.vmap(lambda q, b, u: top_anchor_fn(None, q, b, u))(
+        stream.queries, budgets, usable
+    )
+    observed_scores = jnp.where(anchors, answers, -jnp.inf)
+    return {
+        "semantic": PolicyRanking(similarity, usable, jnp.zeros_like(calls)),
+        "full": PolicyRanking(
+            jnp.where(usable, answers, -jnp.inf),
+            usable,
+            jnp.sum(usable, axis=-1, dtype=jnp.int32),
+        ),
+        "observed": PolicyRanking(observed_scores, anchors, calls),
+        "observed_backfill": PolicyRanking(
+            anchors_first(answers, anchors, similarity), usable, calls
+        ),
+        "mixed": PolicyRanking(mixed.scores, usable, calls),
+        "bias_only": PolicyRanking(
+            bias.scores, usable, jnp.sum(bias.anchors, axis=-1, dtype=jnp.int32)
+        ),
+        "top_similarity": PolicyRanking(
+            anchors_first(answers, top_anchors, similarity),
+            usable,
+            jnp.sum(top_anchors, axis=-1, dtype=jnp.int32),
+        ),
+    }
+
+
+def policy_metrics(
+    rankings: dict[str, PolicyRanking], stream: Stream, ks: Sequence[int] = (10, 20)
+) -> tuple[dict[str, dict[str, Array]], Array]:
+    """Per-query metrics of every policy.
+
+    Returns:
+      ``({policy: {"recall@K", "hit@K", "ndcg@K", "mrr", "calls": float32[..., T]}},
+      has_relevant bool[..., T])``. MRR does not depend on K.
+    """
+    relevant = jnp.asarray(stream.relevant, bool)
+    num_relevant = stream.num_relevant
+    results: dict[str, dict[str, Array]] = {}
+    has_relevant = None
+    for name, ranking in rankings.items():
+        row: dict[str, Array] = {}
+        for k in ks:
+            metrics = ranking_metrics(
+                ranking.scores,
+                relevant,
+                k=k,
+                where=ranking.eligible,
+                num_relevant=num_relevant,
+            )
+            row[f"recall@{k}"] = metrics.recall
+            row[f"hit@{k}"] = metrics.hit
+            row[f"ndcg@{k}"] = metrics.ndcg
+            row["mrr"] = metrics.mrr
+            has_relevant = metrics.has_relevant
+        row["calls"] = ranking.calls.astype(jnp.float32)
+        results[name] = row
+    return results, has_relevant
+
+
+def evaluate_policies(
+    key: PRNGKey,
+    stream: Stream,
+    config: SolverConfig,
+    policy: Policy,
+    ks: Sequence[int] = (10, 20),
+) -> tuple[dict[str, dict[str, Array]], Array, Array]:
+    """``compare_policies`` then ``policy_metrics`` for one stream.
+
+    Returns:
+      ``(metrics, has_relevant bool[T], budgets int32[T])``; jit with
+      ``config``, ``policy`` and ``ks`` closed over.
+    """
+    rankings = compare_policies(key, stream, config, policy)
+    metrics, has_relevant = policy_metrics(rankings, stream, ks)
+    return metrics, has_relevant, rankings["mixed"].calls
+
+
+__all__ = [
+    "POLICIES",
+    "PolicyRanking",
+    "anchors_first",
+    "compare_policies",
+    "evaluate_policies",
+    "policy_metrics",
+    "usable_mask",
+]

@@ -1,0 +1,189 @@
+"""Summaries of per-query policy metrics: means, paired contrasts, gain recovery.
+
+Host side (NumPy): takes the per-query arrays that :mod:`earm_jax.eval.compare`
+produces (any leading shape, e.g. ``[S, T]`` streams x queries or the queries of
+all conversations concatenated) and returns plain dicts ready for JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from earm_jax.eval import stats
+
+CONTRASTS = (
+    ("mixed", "observed_backfill"),
+    ("mixed", "observed"),
+    ("observed", "semantic"),
+    ("observed_backfill", "semantic"),
+    ("mixed", "semantic"),
+    ("full", "mixed"),
+    ("mixed", "bias_only"),
+    ("mixed", "top_similarity"),
+    ("top_similarity", "semantic"),
+)
+"""Paired contrasts reported, as (treatment, baseline). DESIGN §3: anchor
+contribution = observed - semantic; completion contribution = mixed - observed
+(and mixed - observed_backfill)."""
+
+
+def metric_names(metrics: Mapping[str, Mapping[str, np.ndarray]]) -> list[str]:
+    """Ranking metric names (everything but ``calls``), in a stable order."""
+    first = next(iter(metrics.values()))
+    return [name for name in first if name != "calls"]
+
+
+def _finite_or_none(value: float) -> float | None:
+    """JSON has no NaN: an undefined value (e.g. a recovery ratio whose
+    denominator vanishes) is written as null."""
+    return float(value) if np.isfinite(value) else None
+
+
+def _interval(ci: stats.ConfidenceInterval) -> dict:
+    return {
+        "mean": _finite_or_none(ci.estimate),
+        "ci": [_finite_or_none(ci.low), _finite_or_none(ci.high)],
+    }
+
+
+def summarize(
+    metrics: Mapping[str, Mapping[str, np.ndarray]],
+    has_relevant: np.ndarray,
+    *,
+    clusters: np.ndarray | None = None,
+    num_resamples: int = 2000,
+    seed: int = 0,
+    contrasts: Sequence[tuple[str, str]] = CONTRASTS,
+) -> dict:
+    """Means with 95% CIs per policy, paired contrasts and gain recovery.
+
+    Args:
+      metrics: ``{policy: {metric: float[...]}}`` per-query values, incl. ``calls``.
+      has_relevant: ``bool[...]`` queries that count for the ranking metrics
+        (queries without a relevant memory still cost calls).
+      clusters: optional label per query (e.g. stream or conversation): the CIs
+        then resample whole clusters. ``None``: i.i.d. queries.
+      num_resamples, seed: bootstrap settings.
+
+    Returns:
+      ``{"results": {policy: {"calls": int, "calls_per_query": float,
+      metric: {"mean", "ci"}}}, "contrasts": {"a-b": {metric: {...}}},
+      "gain_recovery": {metric: {...}}, "gain_recovery_by_policy": {...},
+      "num_queries": int, "num_scored_queries": int}``.
+    """
+    has_relevant = np.asarray(has_relevant, bool)
+    names = metric_names(metrics)
+    kwargs = dict(clusters=clusters, num_resamples=num_resamples, seed=seed)
+    results: dict = {}
+    for policy, row in metrics.items():
+        calls = np.asarray(row["calls"])
+        entry: dict = {
+            "calls": int(round(float(calls.sum()))),
+            "calls_per_query": float(calls.mean()),
+        }
+        for name in names:
+            entry[name] = _interval(
+                stats.mean_ci(np.asarray(row[name]), where=has_relevant, **kwargs)
+            )
+        results[policy] = entry
+    contrast_table: dict = {}
+    for treatment, baseline in contrasts:
+        if treatment not in metrics or baseline not in metrics:
+            continue
+        contrast_table[f"{treatment}-{baseline}"] = {
+            name: _interval(
+                stats.contrast_ci(
+                    np.asarray(metrics[treatment][name]),
+                    np.asarray(metrics[baseline][name]),
+                    where=has_relevant,
+                    **kwargs,
+                )
+            )
+            for name in names
+        }
+    recovery_by_policy: dict = {}
+    if "semantic" in metrics and "full" in metrics:
+        for policy in metrics:
+            if policy in ("semantic", "full"):
+                continue
+            recovery_by_policy[policy] = {
+                name: _interval(
+                    stats.gain_recovery(
+                        np.asarray(metrics["semantic"][name]),
+                        np.asarray(metrics[policy][name]),
+                        np.asarray(metrics["full"][name]),
+                        where=has_relevant,
+                        **kwargs,
+                    )
+                )
+                for name in names
+            }
+    full_calls = results.get("full", {}).get("calls", 0)
+    mixed_calls = results.get("mixed", {}).get("calls", 0)
+    return {
+        "results": results,
+        "contrasts": contrast_table,
+        "gain_recovery": recovery_by_policy.get("mixed", {}),
+        "gain_recovery_by_policy": recovery_by_policy,
+        "call_saving": (1.0 - mixed_calls / full_calls) if full_calls else None,
+        "num_queries": int(has_relevant.size),
+        "num_scored_queries": int(has_relevant.sum()),
+    }
+
+
+def add_cluster_cis(summary: dict, clustered: dict, label: str) -> None:
+    """Copies the CIs of a cluster-bootstrap summary into ``summary`` as ``label``.
+
+    Both come from :func:`summarize` on the same data (e.g. ``clusters=None``
+    and ``clusters=stream ids``); every ``{"mean", "ci"}`` entry of ``summary``
+    gains ``label: [low, high]`` from ``clustered``.
+    """
+    for section in ("results", "contrasts", "gain_recovery_by_policy"):
+        for name, row in summary[section].items():
+            for metric, value in row.items():
+                if isinstance(value, dict) and "ci" in value:
+                    value[label] = clustered[section][name][metric]["ci"]
+
+
+def per_group(
+    metrics: Mapping[str, Mapping[str, np.ndarray]],
+    has_relevant: np.ndarray,
+    groups: np.ndarray,
+    *,
+    clusters: np.ndarray | None = None,
+    **kwargs,
+) -> dict:
+    """:func:`summarize` restricted to each group (e.g. category id, stage).
+
+    Returns ``{group: {"count": n_scored, **summarize(...)}}``; groups without a
+    scored query get only their counts.
+    """
+    groups = np.asarray(groups)
+    has_relevant = np.asarray(has_relevant, bool)
+    out: dict = {}
+    for group in np.unique(groups):
+        selected = groups == group
+        scored = has_relevant & selected
+        key = str(group.item() if isinstance(group, np.generic) else group)
+        if not scored.any():
+            out[key] = {"count": 0, "num_queries": int(selected.sum())}
+            continue
+        sub = {
+            policy: {name: np.asarray(values)[selected] for name, values in row.items()}
+            for policy, row in metrics.items()
+        }
+        summary = summarize(
+            sub,
+            has_relevant[selected],
+            clusters=None
+            if clusters is None
+            else np.broadcast_to(clusters, groups.shape)[selected],
+            **kwargs,
+        )
+        out[key] = {"count": int(scored.sum()), **summary}
+    return out
+
+
+__all__ = ["CONTRASTS", "add_cluster_cis", "metric_names", "per_group", "summarize"]

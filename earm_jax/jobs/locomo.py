@@ -1,0 +1,315 @@
+"""The job behind ``earm locomo``: grid of settings x noise x rank, seeds averaged."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from earm_jax.eval import stats
+from earm_jax.locomo.data import load_locomo
+from earm_jax.locomo.evaluate import (
+    LocomoRunSettings,
+    PerQuery,
+    average_over_seeds,
+    evaluate_streams,
+    policy_contexts,
+    scorer_scores,
+    with_scores,
+)
+from earm_jax.locomo.evidence import STAND_IN_NOTE, EvidenceNoise
+from earm_jax.locomo.report import locomo_summary
+from earm_jax.locomo.streams import build_streams
+
+LLM_NOTE = (
+    "scores come from the LLM scorer at {url} (model {model}, mode {mode}); a tiny "
+    "random-weight test model is real for protocol purposes only, not relevance quality"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class LocomoJob:
+    """Everything ``earm locomo`` runs (recorded as the JSON's ``config``)."""
+
+    data: str
+    settings: tuple[str, ...] = ("turns",)
+    scorer: str = "evidence"
+    noises: tuple[float, ...] = (0.1,)
+    false_positive_rate: float = 0.0
+    false_negative_rate: float = 0.0
+    ks: tuple[int, ...] = (10, 20)
+    ranks: tuple[int, ...] = (8,)
+    seeds: tuple[int, ...] = (0,)
+    solver: str = "als"
+    num_sweeps: int = 3
+    high_fraction: float = 0.1
+    pool_size: int = 200
+    model: str | None = None
+    cache_dir: str | None = None
+    base_url: str | None = None
+    scorer_model: str | None = None
+    scorer_mode: str = "yesno"
+    score_cache: str | None = None
+    answer: bool = False
+    answer_base_url: str | None = None
+    answer_model: str | None = None
+    judge_base_url: str | None = None
+    judge_model: str | None = None
+    answer_limit: int = 0
+    num_resamples: int = 1000
+
+    def validate(self) -> None:
+        """Raises ``ValueError`` naming the first bad field."""
+        if not self.settings:
+            raise ValueError("settings must name turns and/or observations")
+        if not self.ks or any(k < 1 for k in self.ks):
+            raise ValueError(f"ks must be positive, got {self.ks}")
+        if not self.ranks or any(r < 0 for r in self.ranks):
+            raise ValueError(f"ranks must be >= 0, got {self.ranks}")
+        if not self.seeds:
+            raise ValueError("seeds must not be empty")
+        if self.pool_size < 1:
+            raise ValueError(f"pool_size must be >= 1, got {self.pool_size}")
+        for noise in self.noises:
+            EvidenceNoise(noise, self.false_positive_rate, self.false_negative_rate)
+
+    def run_settings(self, rank: int) -> LocomoRunSettings:
+        return LocomoRunSettings(
+            rank=rank,
+            solver=self.solver,
+            num_sweeps=self.num_sweeps,
+            high_fraction=self.high_fraction,
+            ks=self.ks,
+        )
+
+
+def _llm_scorer(job: LocomoJob):
+    from earm_jax.scoring.cache import CachedScorer, ScoreCache
+    from earm_jax.scoring.vllm import VllmScorer, VllmScorerConfig
+
+    scorer = VllmScorer(
+        VllmScorerConfig(
+            base_url=job.base_url, model=job.scorer_model, mode=job.scorer_mode
+        )
+    )
+    return CachedScorer(scorer, ScoreCache(job.score_cache or ":memory:")), scorer
+
+
+def _answers(job: LocomoJob, streams, run: LocomoRunSettings, seed: int) -> dict:
+    """Answer accuracy per policy from each policy's top-K context (K = ks[0])."""
+    from earm_jax.scoring.answer import (
+        AnswerClientConfig,
+        ChatEndpoint,
+        answer_and_judge,
+    )
+
+    answerer = ChatEndpoint(base_url=job.answer_base_url, model=job.answer_model)
+    judge = ChatEndpoint(
+        base_url=job.judge_base_url or job.answer_base_url,
+        model=job.judge_model or job.answer_model,
+    )
+    config = AnswerClientConfig(answerer=answerer, judge=judge)
+    contexts = policy_contexts(streams, run, seed, job.ks[0])
+    questions = [q for s in streams for q in s.meta.memory_set.queries]
+    texts = [s.meta.memory_texts for s in streams]
+    owner = [i for i, s in enumerate(streams) for _ in s.meta.memory_set.queries]
+    limit = (
+        len(questions)
+        if job.answer_limit <= 0
+        else min(job.answer_limit, len(questions))
+    )
+    correct: dict[str, np.ndarray] = {}
+    graded: dict[str, np.ndarray] = {}
+    reasons: dict[str, dict[str, int]] = {}
+    for policy, rows in contexts.items():
+        results = []
+        for index in range(limit):
+            memories = [texts[owner[index]][m] for m in rows[index] if m >= 0]
+            results.append(
+                answer_and_judge(
+                    config, questions[index].question, memories, questions[index].answer
+                )
+            )
+        correct[policy] = np.array([r.verdict == "correct" for r in results], float)
+        graded[policy] = np.array([r.verdict != "failed" for r in results])
+        reasons[policy] = {}
+        for r in results:
+            if r.verdict == "failed":
+                reasons[policy][r.reason] = reasons[policy].get(r.reason, 0) + 1
+    by_policy: dict[str, Any] = {}
+    for policy, values in correct.items():
+        row: dict[str, Any] = {
+            "graded": int(graded[policy].sum()),
+            "failed": int((~graded[policy]).sum()),
+            "failures_by_reason": reasons[policy],
+        }
+        if graded[policy].any():
+            ci = stats.mean_ci(
+                values, where=graded[policy], num_resamples=job.num_resamples
+            )
+            row.update(accuracy=ci.estimate, ci=[ci.low, ci.high])
+        by_policy[policy] = row
+    contrasts = {}
+    for baseline in ("semantic", "observed", "top_similarity", "full"):
+        both = graded["mixed"] & graded[baseline]
+        if both.any():
+            ci = stats.contrast_ci(
+                correct["mixed"],
+                correct[baseline],
+                where=both,
+                num_resamples=job.num_resamples,
+            )
+            contrasts[f"mixed-{baseline}"] = {
+                "mean": ci.estimate,
+                "ci": [ci.low, ci.high],
+                "questions": int(both.sum()),
+            }
+    return {
+        "k": job.ks[0],
+        "questions": limit,
+        "answerer": job.answer_model,
+        "judge": job.judge_model or job.answer_model,
+        "by_policy": by_policy,
+        "contrasts": contrasts,
+        "note": "failed answers or judgements (service faults, unparsable "
+        "verdicts) are excluded from accuracy and counted by reason, never "
+        "graded; contrasts use the questions graded under both policies",
+    }
+
+
+def run_locomo_job(
+    job: LocomoJob, on_step: Callable[[str], Any] | None = None
+) -> tuple[dict[str, Any], PerQuery]:
+    """Runs the grid.
+
+    Returns:
+      ``(JSON payload, per-query results of the first grid point)``.
+    """
+
+    job.validate()
+    llm = _llm_scorer(job) if job.scorer == "vllm" else None
+    try:
+        return _run_grid(job, on_step, llm)
+    finally:
+        if llm is not None:
+            llm[1].close()
+            llm[0].cache.close()
+
+
+def _run_grid(
+    job: LocomoJob, on_step: Callable[[str], Any] | None, llm: Any
+) -> tuple[dict[str, Any], PerQuery]:
+    from earm_jax.jobs.metadata import provenance
+    from earm_jax.store.embeddings import Embedder
+
+    step = on_step or (lambda _: None)
+    conversations = load_locomo(job.data)
+    embedder = Embedder(job.model, cache_dir=job.cache_dir)
+    runs: list[dict[str, Any]] = []
+    faults: list[dict[str, str]] = []
+    seen_faults: set[tuple[str, str, str]] = set()
+    first: PerQuery | None = None
+    answers: dict[str, Any] | None = None
+    scorer_failures: dict[str, int] = {}
+    step("embedding conversations")
+    noises: tuple[float | None, ...] = (
+        job.noises if job.scorer == "evidence" else (None,)
+    )
+    for setting in job.settings:
+        for noise in noises:
+            for rank in job.ranks:
+                run_settings = job.run_settings(rank)
+                per_seed = []
+                for seed in job.seeds:
+                    knobs = EvidenceNoise(
+                        noise if noise is not None else 0.0,
+                        job.false_positive_rate,
+                        job.false_negative_rate,
+                        seed,
+                    )
+                    streams = build_streams(
+                        conversations,
+                        embedder,
+                        setting=setting,
+                        pool_size=job.pool_size,
+                        knobs=knobs,
+                    )
+                    if llm is not None:
+                        cached, _ = llm
+                        rescored = []
+                        for stream in streams:
+                            scores, failures = scorer_scores(stream, cached)
+                            for reason, count in failures.items():
+                                scorer_failures[reason] = (
+                                    scorer_failures.get(reason, 0) + count
+                                )
+                            rescored.append(with_scores(stream, scores))
+                        streams = rescored
+                    for stream in streams:
+                        for fault in stream.meta.faults:
+                            key = (fault.conversation, fault.kind, fault.detail)
+                            if key not in seen_faults:
+                                seen_faults.add(key)
+                                faults.append(dataclasses.asdict(fault))
+                    per_seed.append(evaluate_streams(streams, run_settings, seed))
+                    step(f"{setting} noise={noise} rank={rank} seed={seed}")
+                    if job.answer and answers is None:
+                        answers = _answers(job, streams, run_settings, seed)
+                per_query = average_over_seeds(per_seed)
+                if first is None:
+                    first = per_query
+                summary = locomo_summary(per_query, job.num_resamples, job.seeds[0])
+                runs.append(
+                    {"setting": setting, "noise": noise, "rank": rank, **summary}
+                )
+    if job.scorer == "evidence":
+        note = STAND_IN_NOTE
+    else:
+        note = LLM_NOTE.format(
+            url=job.base_url, model=job.scorer_model, mode=job.scorer_mode
+        )
+    payload: dict[str, Any] = {
+        "config": dataclasses.asdict(job),
+        "seeds": list(job.seeds),
+        **provenance(),
+        "scorer_note": note,
+        "embedding_model": embedder.identity,
+        **{k: v for k, v in runs[0].items() if k not in ("setting", "noise", "rank")},
+        "runs": runs,
+        "data_faults": faults,
+    }
+    if llm is not None:
+        counters = llm[1].counters
+        payload["scorer_counters"] = {
+            "pairs_sent": counters.pairs_sent,
+            "failed_pairs_by_reason": scorer_failures,
+            "cache_hits": llm[0].counters.hits,
+        }
+    if answers is not None:
+        payload["answers"] = answers
+    assert first is not None
+    return payload, first
+
+
+def plot_first_run(payload: dict[str, Any], per_query: PerQuery, path: Path) -> Path:
+    """Figure of the first grid point: the metric per budget stage and vs calls."""
+    from earm_jax.jobs.plots import policy_figure
+
+    first = payload["runs"][0]
+    return policy_figure(
+        per_query.metrics,
+        per_query.has_relevant,
+        first,
+        path,
+        metric=f"recall@{payload['config']['ks'][0]}",
+        title=f"LoCoMo {first['setting']}, rank {first['rank']} "
+        f"({payload['scorer_note'][:60]}...)",
+        positions=per_query.stage,
+        position_label="budget stage (0: 200 anchors ... 4: 35 anchors)",
+    )
+
+
+__all__ = ["LocomoJob", "plot_first_run", "run_locomo_job"]

@@ -1,0 +1,128 @@
+"""One settings object for the solver and the policy, shared by every entry point.
+
+``earm simulate``, ``earm locomo``, the online retriever and the notebooks all
+describe "which EARM" by the same fields, and build the
+:class:`~earm_jax.core.config.SolverConfig` and the
+:class:`~earm_jax.base.Policy` through this class only, so a field means the
+same thing everywhere. Entry points extend it with their own fields (shapes,
+seeds, metrics); the defaults an entry point changes are stated there.
+
+>>> settings = EarmSettings(rank=4)
+>>> settings.solver_config(num_memories=100, capacity=20, pool_size=50).rank
+4
+>>> int(settings.policy(pool_size=50).budget(15))  # stage 2 of the paper: 40%
+20
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from earm_jax.base import Policy
+from earm_jax.core.config import SolverConfig
+from earm_jax.core.solvers import SOLVERS
+from earm_jax.policies import paper_policy, scaled_schedule, stage_schedule
+from earm_jax.policies.budget import PAPER_STAGE_RATIOS
+from earm_jax.types import ArrayLike
+
+
+@dataclasses.dataclass(frozen=True)
+class EarmSettings:
+    """Which EARM: the model, its solver, and the paper's budget/anchor policy.
+
+    Attributes:
+      rank: ``R``, latent dimension (0: the bias-only model).
+      l2: ridge penalty :math:`\\lambda` (paper: 0.1).
+      solver: a name registered in :data:`earm_jax.core.solvers.SOLVERS`.
+      num_sweeps: ALS sweeps per query (``"als"`` only).
+      refresh_rows: earlier rows re-solved per query (``"incremental"`` only).
+      high_fraction: the high-similarity stratum as a fraction of the pool.
+      block_size: queries per stage of the paper's schedule.
+      stage_ratios: the stage budgets as fractions of the pool.
+      budget_scale: every stage budget times this (1: the paper's).
+    """
+
+    rank: int = 8
+    l2: float = 0.1
+    solver: str = "als"
+    num_sweeps: int = 3
+    refresh_rows: int = 8
+    high_fraction: float = 0.1
+    block_size: int = 10
+    stage_ratios: tuple[float, ...] = PAPER_STAGE_RATIOS
+    budget_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        if self.solver not in SOLVERS:
+            raise ValueError(
+                f"{name}.solver must be one of {tuple(SOLVERS)}, got {self.solver!r}"
+            )
+        for field in ("rank", "num_sweeps", "refresh_rows"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name}.{field} must be an int >= 0, got {value!r}")
+        if not isinstance(self.block_size, int) or self.block_size < 1:
+            raise ValueError(
+                f"{name}.block_size must be a positive int, got {self.block_size!r}"
+            )
+        if not self.l2 > 0:
+            raise ValueError(f"{name}.l2 must be > 0, got {self.l2!r}")
+        if not 0 < self.high_fraction <= 1:
+            raise ValueError(
+                f"{name}.high_fraction must be in (0, 1], got {self.high_fraction!r}"
+            )
+        if self.budget_scale < 0:
+            raise ValueError(
+                f"{name}.budget_scale must be >= 0, got {self.budget_scale!r}"
+            )
+
+    def earm_fields(self) -> dict[str, Any]:
+        """The fields of :class:`EarmSettings` alone (not an entry point's own)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(EarmSettings)}
+
+    def solver_config(
+        self,
+        num_memories: int,
+        capacity: int,
+        pool_size: int,
+        max_budget: int | None = None,
+    ) -> SolverConfig:
+        """The solver's static configuration for these shapes.
+
+        ``max_budget`` (the widest history row) defaults to the pool size.
+        """
+        return SolverConfig(
+            num_memories=num_memories,
+            capacity=capacity,
+            pool_size=pool_size,
+            max_budget=pool_size if max_budget is None else max_budget,
+            rank=self.rank,
+            l2=self.l2,
+            solver=self.solver,
+            num_sweeps=self.num_sweeps,
+            refresh_rows=self.refresh_rows,
+        )
+
+    def policy(self, pool_size: int, budget_scale: ArrayLike | None = None) -> Policy:
+        """The paper's policy (stage schedule, stratified anchors) for ``pool_size``.
+
+        ``budget_scale`` overrides :attr:`budget_scale` and may be traced, so a
+        budget sweep reuses one compiled program.
+        """
+        scale = self.budget_scale if budget_scale is None else budget_scale
+        budget = None
+        if budget_scale is not None or scale != 1.0:
+            stages = stage_schedule(pool_size, self.block_size, self.stage_ratios)
+            budget = scaled_schedule(stages, scale, pool_size)
+        return paper_policy(
+            pool_size=pool_size,
+            high_fraction=self.high_fraction,
+            block_size=self.block_size,
+            stage_ratios=self.stage_ratios,
+            budget=budget,
+        )
+
+
+__all__ = ["EarmSettings"]
