@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import sys
@@ -20,6 +21,19 @@ def metadata(argv: list[str] | None = None) -> dict:
     """Commit, date, command, versions, machine and load (the shared provenance)."""
     arguments = sys.argv[1:] if argv is None else list(argv)
     return provenance("python", [sys.argv[0], *arguments])
+
+
+def locomo_arguments(description: str, out: str) -> argparse.ArgumentParser:
+    """The arguments every LoCoMo benchmark takes (data, memories, noise, rank)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--setting", default="turns", choices=("turns", "observations"))
+    parser.add_argument("--noise", type=float, default=0.1)
+    parser.add_argument("--rank", type=int, default=8)
+    parser.add_argument("--resamples", type=int, default=2000)
+    parser.add_argument("--cache-dir", default=None)
+    parser.add_argument("--out", default=out)
+    return parser
 
 
 def write_json(payload: dict, path: str | Path | None) -> Path | None:

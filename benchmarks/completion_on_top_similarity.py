@@ -12,7 +12,6 @@ stand-in (not an LLM).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -28,21 +27,14 @@ from earm_jax.locomo.evaluate import pad_and_stack
 from earm_jax.store.embeddings import Embedder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._common import metadata, write_json  # noqa: E402
+from benchmarks._common import locomo_arguments, metadata, write_json  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--setting", default="turns", choices=("turns", "observations"))
-    parser.add_argument("--noise", type=float, default=0.1)
-    parser.add_argument("--rank", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--resamples", type=int, default=2000)
-    parser.add_argument("--cache-dir", default=None)
-    parser.add_argument(
-        "--out", default="benchmarks/results/completion_on_top_similarity.json"
+    parser = locomo_arguments(
+        __doc__.splitlines()[0], "benchmarks/results/completion_on_top_similarity.json"
     )
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
     streams = build_streams(
@@ -53,13 +45,8 @@ def main(argv: list[str] | None = None) -> dict:
     )
     batch, real = pad_and_stack([s.arrays for s in streams])
     num_streams, num_queries, pool = batch.scores.shape
-    config = ej.SolverConfig(
-        num_memories=int(batch.insert_time.shape[1]),
-        capacity=num_queries,
-        pool_size=pool,
-        max_budget=pool,
-        rank=args.rank,
-        num_sweeps=3,
+    config = ej.EarmSettings(rank=args.rank).solver_config(
+        int(batch.insert_time.shape[1]), num_queries, pool
     )
     policy = ej.top_similarity_policy(pool_size=pool)
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(args.seed), i))(

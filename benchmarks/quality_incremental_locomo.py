@@ -11,7 +11,6 @@ conversations. Writes JSON (machine, versions, command) and prints a table.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -24,23 +23,17 @@ from earm_jax.locomo.evaluate import LocomoRunSettings, evaluate_streams
 from earm_jax.store.embeddings import Embedder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._common import metadata, write_json  # noqa: E402
+from benchmarks._common import locomo_arguments, metadata, write_json  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--setting", default="turns", choices=("turns", "observations"))
-    parser.add_argument("--noise", type=float, default=0.1)
-    parser.add_argument("--rank", type=int, default=8)
+    parser = locomo_arguments(
+        __doc__.splitlines()[0],
+        "benchmarks/results/quality_incremental_conversations.json",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--als-sweeps", type=int, default=3)
     parser.add_argument("--refresh-rows", type=int, default=8)
-    parser.add_argument("--resamples", type=int, default=2000)
-    parser.add_argument("--cache-dir", default=None)
-    parser.add_argument(
-        "--out", default="benchmarks/results/quality_incremental_conversations.json"
-    )
     args = parser.parse_args(argv)
 
     conversations = load_locomo(args.data)
@@ -56,7 +49,10 @@ def main(argv: list[str] | None = None) -> dict:
         )
         for solver in per_solver:
             run = LocomoRunSettings(
-                rank=args.rank, solver=solver, num_sweeps=args.als_sweeps
+                rank=args.rank,
+                solver=solver,
+                num_sweeps=args.als_sweeps,
+                refresh_rows=args.refresh_rows,
             )
             begin = time.perf_counter()
             per_solver[solver].append(evaluate_streams(streams, run, seed))
