@@ -294,9 +294,12 @@ def _run_grid(
     noises: tuple[float | None, ...] = (
         job.noises if job.scorer == "evidence" else (None,)
     )
-    progress.phase(
-        "grid", len(job.settings) * len(noises) * len(job.ranks) * len(job.seeds)
+    points = len(job.settings) * len(noises) * len(job.ranks) * len(job.seeds)
+    progress.note(
+        f"running {points} grid point(s) x 7 policies on {len(conversations)} "
+        "conversation(s); the first point compiles (~30-60 s on 2 CPU cores)"
     )
+    progress.phase("grid", points)
     for setting in job.settings:
         for noise in noises:
             for rank in job.ranks:
@@ -321,6 +324,11 @@ def _run_grid(
                         rescored = []
                         for stream in streams:
                             scores, failures = scorer_scores(stream, cached)
+                            progress.note(
+                                f"  scored conversation {stream.meta.sample_id}: "
+                                f"{int(np.sum(stream.arrays.valid))} pairs "
+                                f"(cache hits so far: {cached.counters.hits})"
+                            )
                             for reason, count in failures.items():
                                 scorer_failures[reason] = (
                                     scorer_failures.get(reason, 0) + count
@@ -377,6 +385,19 @@ def _run_grid(
     return payload, first
 
 
+def _run_title(payload: dict[str, Any], run: dict[str, Any]) -> str:
+    scorer = (
+        "evidence stand-in scorer (not an LLM)"
+        if payload["config"]["scorer"] == "evidence"
+        else f"LLM scorer {payload['config']['scorer_model']}"
+    )
+    noise = f", evidence noise {run['noise']}" if run["noise"] is not None else ""
+    return (
+        f"LoCoMo {run['setting']}, rank {run['rank']}{noise}: "
+        f"{run['num_scored_queries']} labelled questions, {scorer}"
+    )
+
+
 def plot_first_run(payload: dict[str, Any], per_query: PerQuery, path: Path) -> Path:
     """Figure of the first grid point: the metric per budget stage and vs calls."""
     from earm_jax.jobs.plots import policy_figure
@@ -388,8 +409,7 @@ def plot_first_run(payload: dict[str, Any], per_query: PerQuery, path: Path) -> 
         first,
         path,
         metric=f"recall@{payload['config']['ks'][0]}",
-        title=f"LoCoMo {first['setting']}, rank {first['rank']} "
-        f"({payload['scorer_note'][:60]}...)",
+        title=_run_title(payload, first),
         positions=per_query.stage,
         position_label="budget stage (0: 200 anchors ... 4: 35 anchors)",
     )

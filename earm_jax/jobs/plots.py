@@ -100,6 +100,7 @@ def quality_vs_calls(axis, results: Mapping[str, Any], metric: str) -> None:
     bottom = min(v for v in lows + means if v is not None)
     top = max(v for v in highs + means if v is not None)
     height = max(top - bottom, 1e-3)
+    handles: dict[str, Any] = {}
     for group in _groups(calls, span):
         step = 0.012 * span
         offsets = [(k - (len(group) - 1) / 2) * step for k in range(len(group))]
@@ -109,7 +110,7 @@ def quality_vs_calls(axis, results: Mapping[str, Any], metric: str) -> None:
             policy, x, mean = policies[index], calls[index] + offset, means[index]
             low, high = lows[index], highs[index]
             style = policy_style(policy)
-            axis.errorbar(
+            handles[policy] = axis.errorbar(
                 x,
                 mean,
                 yerr=[[mean - low], [high - mean]] if low is not None else None,
@@ -136,7 +137,11 @@ def quality_vs_calls(axis, results: Mapping[str, Any], metric: str) -> None:
     )
     axis.set_ylabel(metric)
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=7, loc="lower right")
+    axis.legend(
+        handles=[handles[p] for p in policies if p in handles],
+        fontsize=7,
+        loc="lower right",
+    )
 
 
 def _normal_ci(values: np.ndarray) -> tuple[float, float, float]:
@@ -186,28 +191,30 @@ def policy_figure(
     positions = np.broadcast_to(np.asarray(positions), has_relevant.shape)
     xs = np.unique(positions)
     figure, (by_query, by_calls) = plt.subplots(1, 2, figsize=(13, 5))
-    for policy in labels.ordered(metrics):
+    policies = labels.ordered(metrics)
+    spacing = (xs[1] - xs[0]) * 0.025 if len(xs) > 1 else 0.05
+    for position, policy in enumerate(policies):
         values = np.asarray(metrics[policy][metric]).reshape(has_relevant.shape)
         rows = np.array(
             [_normal_ci(values[has_relevant & (positions == x)]) for x in xs]
         )
         style = policy_style(policy)
-        by_query.plot(
-            xs,
+        by_query.errorbar(
+            xs + (position - (len(policies) - 1) / 2) * spacing,
             rows[:, 0],
+            yerr=[rows[:, 0] - rows[:, 1], rows[:, 2] - rows[:, 0]],
             marker=style["marker"],
             ms=4,
+            capsize=2,
+            elinewidth=0.8,
             color=style["color"],
             label=labels.policy_label(policy),
-        )
-        by_query.fill_between(
-            xs, rows[:, 1], rows[:, 2], color=style["color"], alpha=0.12
         )
     if integer_axis:
         by_query.set_xticks(xs)
     by_query.set_xlabel(position_label)
     by_query.set_ylabel(metric)
-    by_query.set_title(f"{metric} along the stream (band: 95% CI, normal approx.)")
+    by_query.set_title(f"{metric} along the stream (95% CI, normal approx.)")
     by_query.grid(alpha=0.3)
     by_query.legend(fontsize=7)
     quality_vs_calls(by_calls, summary["results"], metric)

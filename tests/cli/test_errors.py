@@ -156,5 +156,7 @@ def test_serve_scorer_checks_its_python(capsys, tmp_path):
 def test_serve_scorer_default_context_length_depends_on_the_device(capsys):
     assert main.run(["serve-scorer", "--model", "m", "--dry-run"]) == 0
     assert "--max-model-len 2048" in capsys.readouterr().out
-    assert main.run(["serve-scorer", "--model", "m", "--device", "gpu", "--dry-run"]) == 0
+    assert (
+        main.run(["serve-scorer", "--model", "m", "--device", "gpu", "--dry-run"]) == 0
+    )
     assert "--max-model-len 8192" in capsys.readouterr().out
