@@ -91,16 +91,17 @@ def simulate(
                 ),
             )
     progress = Progress(enabled=not quiet)
-    progress.phase("simulate", 2)
     progress.note(
         f"running {settings.streams} streams x {settings.queries} queries x 7 "
-        "policies as one jitted program (compile included; ~30-80 s at the "
-        "defaults on 2 CPU cores) ..."
+        "policies as one jitted program (compile included; 30 s-2 min at the "
+        "defaults on 2 shared CPU cores) ..."
     )
+    progress.phase("simulate", 1)
     metrics, has_relevant, _, timing = run_simulation(settings)
     progress.step("policies run")
+    progress.phase("bootstrap", 1)
     summary = simulation_report(settings, metrics, has_relevant)
-    progress.step(f"bootstrap CIs ({settings.num_resamples} resamples)")
+    progress.step(f"CIs over queries and streams ({settings.num_resamples} resamples)")
     shown = output.shown_metrics(settings.ks)
     console.print(
         output.results_table(
@@ -138,7 +139,9 @@ def simulate(
             summary,
             plot,
             block_size=settings.block_size,
-            title=f"simulated streams: S={settings.streams}, rank {settings.rank}",
+            title=f"Simulated streams: {settings.streams} x {settings.queries} "
+            f"queries, rank {settings.rank}, {settings.memories} memories, pool "
+            f"{settings.pool_size} (simulated scorer, not an LLM)",
         )
         console.print(f"wrote {plot}")
 
