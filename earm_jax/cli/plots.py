@@ -19,8 +19,11 @@ def plots(
     ),
     metric: Annotated[str, typer.Option(help="Quality metric to draw.")] = "recall@10",
 ) -> None:
-    """Draw quality vs calls, per-stage curves, the LoCoMo grid, latency vs
-    history and throughput vs streams from the benchmark JSONs."""
+    """Draw the README's figures (quality vs calls, stages, latency, throughput).
+
+    From the result JSONs: quality vs calls and per-stage curves (simulation and
+    LoCoMo), the LoCoMo grid, latency vs history, throughput vs streams.
+    """
     with user_errors(
         "install the plot extra: pip install 'earm_jax[plot]'", ImportError
     ):

@@ -137,6 +137,11 @@ def _embed_conversations(
 ) -> None:
     """Embeds (and caches) every conversation's texts, one progress line each,
     so the grid below reads the cache only."""
+    progress.note(
+        f"embedding {len(conversations)} conversation(s) with {embedder.identity} "
+        "(cached: a first run loads the model and takes minutes, later runs "
+        "seconds)"
+    )
     progress.phase("embedding", len(conversations) * len(settings))
     for setting in settings:
         for conversation in conversations:
