@@ -160,3 +160,11 @@ def test_serve_scorer_default_context_length_depends_on_the_device(capsys):
         main.run(["serve-scorer", "--model", "m", "--device", "gpu", "--dry-run"]) == 0
     )
     assert "--max-model-len 8192" in capsys.readouterr().out
+
+
+def test_locomo_unreachable_scoring_server(capsys, tmp_path):
+    _copy_one_conversation(tmp_path)
+    argv = ["locomo", "--data", str(tmp_path), "--limit", "2", "--scorer", "vllm"]
+    argv += ["--base-url", "http://127.0.0.1:9", "--scorer-model", "m"]
+    line = _error(capsys, argv)
+    assert "cannot reach the scoring server" in line and "earm serve-scorer" in line
