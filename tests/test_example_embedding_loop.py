@@ -19,3 +19,34 @@ def test_embedding_loop_pays_for_anchors_only_and_beats_similarity(capsys):
     assert summary["calls"] == sum(budgets) < summary["calls_full"] == t * n
     assert summary["recall_earm"] > summary["recall_semantic"]
     assert "scorer calls instead of" in capsys.readouterr().out
+
+
+def test_readme_embedding_snippet_pays_only_for_anchors():
+    import re
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    readme = (EXAMPLE.parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Embedding the solver in your JAX code") :]
+    namespace: dict = {}
+    exec(re.search(r"```python\n(.*?)```", section, re.S).group(1), namespace)
+    rng = np.random.default_rng(0)
+    memories = jnp.asarray(rng.normal(size=(namespace["M"], 16)), jnp.float32)
+    paid = []
+
+    def score_pairs(ids):
+        paid.append(len(ids))
+        return rng.random(len(ids)).astype(np.float32)
+
+    state, key = namespace["state"], jax.random.key(1)
+    for _ in range(11):
+        key, step_key = jax.random.split(key)
+        query = jnp.asarray(rng.normal(size=16), jnp.float32)
+        state, top, info = namespace["agent_step"](
+            state, step_key, query, memories, score_pairs
+        )
+    n = namespace["N"]
+    assert paid == [n] * 10 + [int(info.budget)] and int(info.budget) < n
+    assert len(top) == 10 and int(info.dropped) == 0
