@@ -435,6 +435,89 @@ def throughput_figure(payload: Mapping[str, Any], path: str | Path) -> Path:
     return _save(figure, path)
 
 
+def solver_quality_figure(
+    simulated: Mapping[str, Any] | None,
+    conversations: Mapping[str, Any] | None,
+    path: str | Path,
+) -> Path:
+    """``incremental`` − ``als`` quality (same anchors, 95% CIs): on simulated
+    streams by the number of history rows refreshed per query, and on LoCoMo
+    per metric; run times in the labels."""
+    plt = _pyplot()
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    if simulated is not None:
+        rows = simulated["results"]
+        als = next(r for r in rows if r["solver"] == "als")
+        others = [r for r in rows if r["solver"].startswith("incremental")]
+        refresh = [int(r["solver"].rsplit("_r", 1)[-1]) for r in others]
+        for offset, (metric, marker) in enumerate((("recall", "o"), ("ndcg", "s"))):
+            key = f"{metric}_minus_als"
+            means = [r[key]["estimate"] for r in others]
+            errors = [
+                [m - r[key]["low"] for m, r in zip(means, others, strict=True)],
+                [r[key]["high"] - m for m, r in zip(means, others, strict=True)],
+            ]
+            xs = [i + (offset - 0.5) * 0.12 for i in range(len(others))]
+            left.errorbar(
+                xs,
+                means,
+                yerr=errors,
+                fmt=marker,
+                capsize=3,
+                label=f"{metric} (incremental − als)",
+            )
+        left.set_xticks(
+            range(len(others)),
+            [
+                f"{k} rows\n{r['seconds_incl_compile']:.0f} s"
+                for k, r in zip(refresh, others, strict=True)
+            ],
+        )
+        left.axhline(0, color="grey", lw=0.8)
+        left.set_xlabel(
+            f"history rows refreshed per query (incremental; als: "
+            f"{als['seconds_incl_compile']:.0f} s)"
+        )
+        left.set_ylabel("difference, 95% CI")
+        left.grid(alpha=0.3)
+        left.legend(fontsize=8)
+        left.set_title(
+            f"Simulated: {simulated['config'].get('num_streams', '?')} streams",
+            fontsize=10,
+        )
+    if conversations is not None:
+        mixed = conversations["mixed"]
+        names = list(mixed)
+        means = [mixed[m]["incremental-als"]["mean"] for m in names]
+        lows = [
+            m - mixed[n]["incremental-als"]["ci"][0]
+            for m, n in zip(means, names, strict=True)
+        ]
+        highs = [
+            mixed[n]["incremental-als"]["ci"][1] - m
+            for m, n in zip(means, names, strict=True)
+        ]
+        right.errorbar(range(len(names)), means, yerr=[lows, highs], fmt="o", capsize=3)
+        right.set_xticks(range(len(names)), names)
+        right.axhline(0, color="grey", lw=0.8)
+        right.set_ylabel("Mixed: incremental − als, 95% CI over questions")
+        right.grid(alpha=0.3)
+        seconds = conversations.get("seconds_per_solver", {})
+        right.set_title(
+            f"LoCoMo turns ({conversations.get('num_labelled_queries', '?')} labelled "
+            f"questions): incremental {seconds.get('incremental', 0):.0f} s vs als "
+            f"{seconds.get('als', 0):.0f} s",
+            fontsize=10,
+        )
+    figure.suptitle(
+        "incremental (constant cost per query) vs als (full refit): quality at the "
+        "same anchors (evidence / simulated scorers, not an LLM)",
+        fontsize=10,
+    )
+    figure.tight_layout()
+    return _save(figure, path)
+
+
 FIGURES = (
     ("simulate_default.json", "simulate_quality_vs_calls.png", "calls"),
     ("simulate_default.json", "simulate_per_stage.png", "stages"),
@@ -443,6 +526,7 @@ FIGURES = (
     ("conversations_evidence_grid.json", "locomo_grid.png", "grid"),
     ("solver_latency_cpu.json", "latency_vs_history.png", "latency"),
     ("solver_cpu_after_inplace.json", "throughput_vs_streams.png", "throughput"),
+    ("quality_incremental_cpu.json", "incremental_vs_als.png", "solvers"),
 )
 """(result JSON, figure, kind) drawn by :func:`benchmark_figures`."""
 
@@ -491,6 +575,10 @@ def benchmark_figures(
             written.append(latency_figure(payload, target))
         elif kind == "throughput":
             written.append(throughput_figure(payload, target))
+        elif kind == "solvers":
+            other = results_dir / "quality_incremental_conversations.json"
+            locomo = json.loads(other.read_text()) if other.is_file() else None
+            written.append(solver_quality_figure(payload, locomo, target))
     return written
 
 
@@ -504,5 +592,6 @@ __all__ = [
     "policy_figure",
     "policy_style",
     "quality_vs_calls",
+    "solver_quality_figure",
     "throughput_figure",
 ]

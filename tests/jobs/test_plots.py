@@ -46,7 +46,7 @@ def test_earm_plots_writes_titled_figures(tmp_path, capsys):
     results.mkdir()
     for name in {source for source, _, _ in plots.FIGURES}:
         payload = json.loads((RESULTS / name).read_text())
-        if "results" in payload:
+        if isinstance(payload.get("results"), dict):
             payload = _with_best(payload)
         (results / name).write_text(json.dumps(payload))
     out = tmp_path / "figures"
