@@ -1,4 +1,4 @@
-"""``earm locomo --conversations 26,30 --limit N``: which questions a quick run keeps."""
+"""`earm locomo --conversations 26,30 --limit N`: what a quick run keeps."""
 
 from __future__ import annotations
 
