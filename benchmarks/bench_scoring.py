@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.metadata
-import json
 import os
 import platform
 import statistics
@@ -25,6 +24,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from benchmarks._common import metadata, write_json  # noqa: E402
 from earm_jax.jobs.metadata import machine  # noqa: E402
 from earm_jax.scoring.serve import (  # noqa: E402
     VllmServerConfig,
@@ -187,9 +187,9 @@ def main() -> None:
                 )
     report = {
         "benchmark": "scoring throughput, tiny random-weight models, vLLM CPU servers",
+        **metadata(),  # command (with the script), date, git commit, versions
         "machine": machine_info,
         "versions": versions(python),
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "config": {
             **vars(args),
             "strategies": {
@@ -209,8 +209,7 @@ def main() -> None:
         "results": results,
     }
     report["machine"]["load_average_at_end"] = os.getloadavg()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2))
+    write_json(report, args.out)
     print(
         f"\n{'mode':7s} {'strategy':19s} {'pairs/s':>8s} {'overhead us/pair':>17s} "
         f"{'client CPU us/pair':>19s}"

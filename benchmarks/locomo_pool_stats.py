@@ -15,12 +15,15 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import metadata, write_json  # noqa: E402
 from earm_jax.locomo.data import FAULT_KINDS, fault_counts, load_locomo
 from earm_jax.locomo.memories import SETTINGS
 from earm_jax.locomo.streams import LocomoStream, build_streams
@@ -114,6 +117,7 @@ def main() -> None:
         nonzero = {k: v for k, v in counts.items() if v and k in FAULT_KINDS}
         print(f"  {sample_id}: {nonzero}")
     report = {
+        **metadata(),  # command (with the script), date, git commit, versions
         "data": str(args.data),
         "embedding_model": embedder.identity,
         "pool_size": args.pool_size,
@@ -122,7 +126,7 @@ def main() -> None:
         "embedding_seconds": seconds,
         "faults": faults,
     }
-    args.out.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    write_json(report, args.out)
     print(f"\nwrote {args.out}")
 
 

@@ -2,25 +2,27 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from earm_jax.cli import output
+from earm_jax.cli.errors import UserError, user_errors
 from earm_jax.jobs.metadata import write_json
+
+DATA_ENV = "EARM_LOCOMO_DATA"
+"""Where ``--data`` defaults to: locomo10.json or a folder of conversations."""
 
 
 def _floats(text: str, name: str) -> list[float]:
     try:
         return [float(part) for part in text.split(",") if part.strip()]
     except ValueError as error:
-        raise typer.BadParameter(
-            f"{name} must be comma-separated numbers, got {text!r}"
+        raise UserError(
+            f"{name} must be comma-separated numbers, got {text!r}",
+            f"e.g. {name} 0.1,0.3",
         ) from error
 
 
@@ -28,9 +30,59 @@ def _ints(text: str, name: str) -> list[int]:
     try:
         return [int(part) for part in text.split(",") if part.strip()]
     except ValueError as error:
-        raise typer.BadParameter(
-            f"{name} must be comma-separated integers, got {text!r}"
+        raise UserError(
+            f"{name} must be comma-separated integers, got {text!r}",
+            f"e.g. {name} 2,8",
         ) from error
+
+
+def _names(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def resolve_data(data: Path | None) -> Path:
+    """``--data``, else ``$EARM_LOCOMO_DATA``; a one-line error if neither names
+    an existing path."""
+    if data is None:
+        configured = os.environ.get(DATA_ENV, "").strip()
+        if not configured:
+            raise UserError(
+                "no LoCoMo data given",
+                f"pass --data PATH (locomo10.json or a folder of conversations) "
+                f"or set ${DATA_ENV}",
+            )
+        data, source = Path(configured).expanduser(), f"${DATA_ENV}"
+    else:
+        source = "--data"
+    if not data.exists():
+        raise UserError(
+            f"{source} {str(data)!r} does not exist",
+            "give the path of locomo10.json or of a folder of conversation files",
+        )
+    return data
+
+
+def _load_check(data: Path, conversations: list[str], limit: int) -> None:
+    """Reads the data once up front, so a file that is not LoCoMo, or a
+    conversation that is not in it, is one line."""
+    from earm_jax.jobs.locomo import select_conversations
+    from earm_jax.locomo.data import load_locomo
+
+    fix = (
+        "check the path: it must be LoCoMo's locomo10.json or a folder of its "
+        "per-conversation files"
+    )
+    try:
+        loaded = load_locomo(data)
+    except (ValueError, OSError, UnicodeDecodeError) as error:
+        message = " ".join(str(error).split())
+        if str(data) not in message:
+            message = f"{str(data)!r} is not LoCoMo: {message}"
+        raise UserError(message, fix) from error
+    if limit < 0:
+        raise UserError(f"--limit must be >= 0, got {limit}", "0 means all questions")
+    with user_errors("pick --conversations from the ids listed (comma list)"):
+        select_conversations(loaded, tuple(conversations), limit)
 
 
 def locomo(
@@ -99,32 +151,46 @@ def locomo(
         Path | None, typer.Option("--json", help="Write JSON here.")
     ] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG here.")] = None,
+    conversations: Annotated[
+        str,
+        typer.Option(help="Only these conversations, e.g. 26,30 (default: all)."),
+    ] = "",
+    limit: Annotated[
+        int,
+        typer.Option(help="First N questions of each conversation (0 = all)."),
+    ] = 0,
+    quiet: Annotated[bool, typer.Option(help="No progress lines (stderr).")] = False,
 ) -> None:
     """Run all seven policies per LoCoMo conversation and report them with CIs."""
-    from earm_jax.jobs.locomo import LocomoJob, run_locomo_job
+    from earm_jax.jobs.locomo import LocomoJob
+    from earm_jax.jobs.progress import Progress
 
-    console = Console(width=max(Console().width, 140))
-    data = data or (
-        Path(os.environ["EARM_LOCOMO_DATA"])
-        if "EARM_LOCOMO_DATA" in os.environ
-        else None
-    )
-    if data is None:
-        raise typer.BadParameter(
-            "give --data PATH (locomo10.json or a folder of conversations)"
-        )
-    settings = [part.strip() for part in memories.split(",") if part.strip()]
+    console = output.console()
+    data = resolve_data(data)
+    settings = _names(memories)
     for setting in settings:
         if setting not in ("turns", "observations"):
-            raise typer.BadParameter(
-                f"--memories must be turns or observations, got {setting!r}"
+            raise UserError(
+                f"--memories must be turns or observations, got {setting!r}",
+                "e.g. --memories turns,observations",
             )
     if scorer not in ("evidence", "vllm"):
-        raise typer.BadParameter(f"--scorer must be evidence or vllm, got {scorer!r}")
+        raise UserError(
+            f"--scorer must be evidence or vllm, got {scorer!r}",
+            "use --scorer evidence (stand-in, no server) or --scorer vllm",
+        )
     if scorer == "vllm" and (base_url is None or scorer_model is None):
-        raise typer.BadParameter("--scorer vllm needs --base-url and --scorer-model")
+        raise UserError(
+            "--scorer vllm needs --base-url and --scorer-model",
+            "start a server with `earm serve-scorer --model M` and pass the URL "
+            "it prints and the served model name",
+        )
     if answer and (answer_base_url is None or answer_model is None):
-        raise typer.BadParameter("--answer needs --answer-base-url and --answer-model")
+        raise UserError(
+            "--answer needs --answer-base-url and --answer-model",
+            "point them at an OpenAI-compatible chat server",
+        )
+    _load_check(data, _names(conversations), limit)
     job = LocomoJob(
         data=str(data),
         settings=tuple(settings),
@@ -152,42 +218,22 @@ def locomo(
         judge_model=judge_model,
         answer_limit=answer_limit,
         num_resamples=resamples,
+        conversations=tuple(_names(conversations)),
+        limit=limit,
     )
-    try:
+    with user_errors("fix the option named above (see `earm locomo --help`)"):
         job.validate()
-    except ValueError as error:
-        raise typer.BadParameter(str(error)) from error
-    grid = list(
-        itertools.product(
-            job.settings, job.noises if scorer == "evidence" else (None,), job.ranks
-        )
-    )
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=console,
-    ) as progress:
-        task = progress.add_task(
-            "loading and embedding", total=len(grid) * len(job.seeds) + 1
-        )
-
-        def advance(description: str) -> None:
-            progress.update(task, advance=1, description=description)
-
-        payload, first_per_query = run_locomo_job(job, on_step=advance)
-    metric_list = [f"recall@{k}" for k in job.ks] + [f"ndcg@{job.ks[0]}", "mrr"]
+    payload, first_per_query = _run(job, Progress(enabled=not quiet))
+    metric_list = output.shown_metrics(job.ks)
     for run in payload["runs"]:
         title = (
             f"LoCoMo {run['setting']}, rank {run['rank']}"
             + (f", evidence noise {run['noise']}" if run["noise"] is not None else "")
-            + f" — {run['num_queries']} queries ({run['num_scored_queries']} labelled)"
+            + f" — {run['num_queries']} questions ({run['num_scored_queries']} "
+            "labelled)"
         )
-        console.print(
-            output.results_table(run, metric_list, title + " (mean [95% CI])")
-        )
-        console.print(output.contrasts_table(run, metric_list, "paired contrasts"))
+        console.print(output.results_table(run, metric_list, title))
+        console.print(output.contrasts_table(run, metric_list, "Paired contrasts"))
         if run["call_saving"] is not None:
             console.print(f"call saving of Mixed vs Full: {run['call_saving']:.1%}")
     console.print(payload["scorer_note"], markup=False)
@@ -206,6 +252,30 @@ def locomo(
 
         plot_first_run(payload, first_per_query, plot)
         console.print(f"wrote {plot}")
+
+
+def _run(job, progress):
+    """Runs the job; scorer set-up errors and missing extras become one line."""
+    from earm_jax.jobs.locomo import run_locomo_job
+
+    kinds: tuple[type[BaseException], ...] = ()
+    if job.scorer == "vllm":
+        with user_errors(
+            "install the client: pip install 'earm_jax[vllm]'", ImportError
+        ):
+            from earm_jax.scoring.vllm import ScorerConfigError
+        kinds = (ScorerConfigError,)
+    with user_errors(
+        "install the extra: pip install 'earm_jax[embed]'", ModuleNotFoundError
+    ):
+        if not kinds:
+            return run_locomo_job(job, progress=progress)
+        with user_errors(
+            "check --base-url and --scorer-model (is the server up? "
+            "`earm serve-scorer --model M` prints both)",
+            *kinds,
+        ):
+            return run_locomo_job(job, progress=progress)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,23 +1,69 @@
-"""The ``earm`` command: one Typer app, each command in its own module."""
+"""The ``earm`` command: one Typer app, each command in its own module.
+
+:func:`run` is the entry point: a mistake the user can fix (a missing file, a bad
+option, a server that is not there) prints one ``error: problem — fix`` line on
+stderr and exits with status 2; a bug still shows its traceback.
+"""
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
-from earm_jax.cli import locomo, serve_scorer, simulate
+from earm_jax.cli import locomo, notebook, plots, serve_scorer, simulate
+from earm_jax.cli.errors import UserError
+
+try:  # typer >= 0.20 carries its own click
+    from typer._click.exceptions import ClickException, UsageError
+    from typer.exceptions import Abort, Exit
+except ImportError:  # pragma: no cover - older typer on top of click
+    from click.exceptions import Abort, ClickException, Exit, UsageError
 
 app = typer.Typer(
     help="earm_jax: experience-amortized LLM reranking for agent memory.",
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_enable=False,
 )
 simulate.register(app)
 locomo.register(app)
 serve_scorer.register(app)
+notebook.register(app)
+plots.register(app)
+
+
+def _usage_line(error: UsageError) -> str:
+    message = " ".join(error.format_message().split())
+    context = getattr(error, "ctx", None)
+    command = context.command_path if context is not None else "earm"
+    return f"error: {message} — see `{command} --help`"
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Runs ``earm`` with ``argv`` (default ``sys.argv[1:]``); returns the exit
+    status."""
+    try:
+        result = app(args=argv, prog_name="earm", standalone_mode=False)
+    except UserError as error:
+        print(error.line(), file=sys.stderr)
+        return 2
+    except UsageError as error:
+        print(_usage_line(error), file=sys.stderr)
+        return 2
+    except Exit as error:
+        return int(getattr(error, "exit_code", 0) or 0)
+    except (Abort, KeyboardInterrupt):
+        print("aborted", file=sys.stderr)
+        return 130
+    except ClickException as error:
+        print(f"error: {' '.join(error.format_message().split())}", file=sys.stderr)
+        return error.exit_code
+    return result if isinstance(result, int) else 0
 
 
 def main() -> None:
-    app()
+    sys.exit(run())
 
 
 if __name__ == "__main__":

@@ -1,13 +1,43 @@
-"""Result tables of the CLI commands.
+"""Result tables of the CLI commands, and how the CLI talks to a person.
+
+Policies appear under the README's names and in its order
+(:mod:`earm_jax.eval.labels`); a policy a result holds that the labels do not
+know is shown by its key, after the known ones. Cells are ``mean ±h`` where
+``h`` is the half-width of the 95% CI (exact bounds are in the JSON), so a row
+of four metrics fits on one line at 100 columns.
 
 Run metadata and JSON files: :mod:`earm_jax.jobs.metadata`.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
+from rich import box
+from rich.console import Console
 from rich.table import Table
+
+from earm_jax.eval import labels
+
+TABLE_WIDTH = 100
+"""Tables are laid out to fit this many columns."""
+
+CI_NOTE = "cells: mean ±half-width of the 95% CI over queries (exact bounds: JSON)"
+
+
+def console() -> Console:
+    """A console at least :data:`TABLE_WIDTH` wide; plain text (no colour, no
+    live bars) when the output is not a terminal, e.g. redirected to a file."""
+    interactive = sys.stdout.isatty()
+    width = max(Console().width, TABLE_WIDTH) if interactive else TABLE_WIDTH
+    return Console(
+        width=width,
+        force_terminal=interactive or None,
+        no_color=not interactive or "NO_COLOR" in os.environ,
+        highlight=False,
+    )
 
 
 def _number(value: float | None) -> str:
@@ -15,24 +45,46 @@ def _number(value: float | None) -> str:
 
 
 def _cell(entry: dict[str, Any]) -> str:
-    """``mean [low, high]``; undefined values (JSON null) print as n/a."""
+    """``mean ±half-width``; undefined values (JSON null) print as n/a."""
     low, high = entry["ci"]
-    return f"{_number(entry['mean'])} [{_number(low)}, {_number(high)}]"
+    mean = entry["mean"]
+    if mean is None or low is None or high is None:
+        return _number(mean)
+    return f"{mean:.3f} ±{(high - low) / 2:.3f}".replace("±0.", "±.")
+
+
+def _table(title: str, caption: str | None = None) -> Table:
+    return Table(
+        title=title,
+        caption=caption,
+        box=box.SIMPLE_HEAD,
+        caption_justify="left",
+        title_justify="left",
+        pad_edge=False,
+    )
 
 
 def results_table(summary: dict[str, Any], metrics: list[str], title: str) -> Table:
-    """Policy x metric (mean [95% CI]), calls, and gain recovery."""
-    table = Table(title=title, show_lines=False)
-    table.add_column("policy")
-    table.add_column("calls/query", justify="right")
+    """Policy x metric (mean ±CI), calls per query, and gain recovery on
+    ``metrics[0]`` (the caption says what that is)."""
+    recovery_metric = metrics[0]
+    table = _table(
+        title,
+        caption=f"{CI_NOTE}.\n{labels.gain_recovery_note(recovery_metric)}.",
+    )
+    table.add_column("policy", no_wrap=True)
+    table.add_column("calls/\nquery", justify="right", no_wrap=True)
     for metric in metrics:
-        table.add_column(metric, justify="right")
-    table.add_column(f"gain recovery ({metrics[0]})", justify="right")
+        table.add_column(metric, justify="right", no_wrap=True)
+    table.add_column(
+        f"gain recovery\n({recovery_metric})", justify="right", no_wrap=True
+    )
     recovery = summary.get("gain_recovery_by_policy", {})
-    for policy, row in summary["results"].items():
-        gain = recovery.get(policy, {}).get(metrics[0])
+    for policy in labels.ordered(summary["results"]):
+        row = summary["results"][policy]
+        gain = recovery.get(policy, {}).get(recovery_metric)
         table.add_row(
-            policy,
+            labels.policy_label(policy),
             f"{row['calls_per_query']:.1f}",
             *[_cell(row[m]) for m in metrics],
             _cell(gain) if gain else "",
@@ -41,10 +93,27 @@ def results_table(summary: dict[str, Any], metrics: list[str], title: str) -> Ta
 
 
 def contrasts_table(summary: dict[str, Any], metrics: list[str], title: str) -> Table:
-    table = Table(title=title)
-    table.add_column("contrast")
+    """Paired contrasts (treatment − baseline, same queries), README order."""
+    table = _table(title, caption="paired difference, mean ±half-width of 95% CI")
+    table.add_column("contrast", no_wrap=True)
     for metric in metrics:
-        table.add_column(metric, justify="right")
-    for name, row in summary["contrasts"].items():
-        table.add_row(name, *[_cell(row[m]) for m in metrics])
+        table.add_column(metric, justify="right", no_wrap=True)
+    for name in labels.ordered_contrasts(summary["contrasts"]):
+        row = summary["contrasts"][name]
+        table.add_row(labels.contrast_label(name), *[_cell(row[m]) for m in metrics])
     return table
+
+
+def shown_metrics(ks: tuple[int, ...] | list[int]) -> list[str]:
+    """The metrics a table shows: Recall@K for each K, nDCG@K0 and MRR."""
+    return [f"recall@{k}" for k in ks] + [f"ndcg@{ks[0]}", "mrr"]
+
+
+__all__ = [
+    "CI_NOTE",
+    "TABLE_WIDTH",
+    "console",
+    "contrasts_table",
+    "results_table",
+    "shown_metrics",
+]

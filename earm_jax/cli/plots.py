@@ -1,0 +1,56 @@
+"""``earm plots``: the README's figures, from the result JSONs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from earm_jax.cli.errors import UserError, user_errors
+
+
+def plots(
+    results: Annotated[Path, typer.Option(help="Folder of result JSONs.")] = Path(
+        "benchmarks/results"
+    ),
+    out: Annotated[Path, typer.Option(help="Folder for the PNGs.")] = Path(
+        "benchmarks/results/figures"
+    ),
+    metric: Annotated[str, typer.Option(help="Quality metric to draw.")] = "recall@10",
+) -> None:
+    """Draw the README's figures (quality vs calls, stages, latency, throughput).
+
+    From the result JSONs: quality vs calls and per-stage curves (simulation and
+    LoCoMo), the LoCoMo grid, latency vs history, throughput vs streams.
+    """
+    with user_errors(
+        "install the plot extra: pip install 'earm_jax[plot]'", ImportError
+    ):
+        import matplotlib  # noqa: F401
+
+        from earm_jax.jobs.plots import FIGURES, benchmark_figures
+    if not results.is_dir():
+        raise UserError(
+            f"--results {str(results)!r} is not a folder",
+            "run from the repository root or pass --results benchmarks/results",
+        )
+    with user_errors(
+        "rerun the job that wrote the JSON, or pass another --metric (e.g. recall@10)",
+        KeyError,
+    ):
+        written = benchmark_figures(results, out, metric)
+    if not written:
+        names = ", ".join(sorted({source for source, _, _ in FIGURES}))
+        raise UserError(
+            f"no result JSON found in {str(results)!r}", f"expected {names}"
+        )
+    for path in written:
+        typer.echo(f"wrote {path}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plots")(plots)
+
+
+__all__ = ["register"]
