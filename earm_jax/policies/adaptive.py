@@ -106,7 +106,7 @@ class AdaptiveConfig(NamedTuple):
     """
 
     pool_size: int
-    round_sizes: tuple[int, ...] = (10, 20, 40, 80)
+    round_sizes: tuple[int, ...] = (5, 15, 45, 135)
     call_budget: float = 0.25
     max_per_query: int = 0
     max_carry: int = 0
@@ -116,8 +116,10 @@ class AdaptiveConfig(NamedTuple):
     noise_prior: float = 0.2
     noise_prior_weight: float = 10.0
     rate_prior: tuple[float, float] = (1.0, 19.0)
-    stop_rule: str = "found"
+    stop_rule: str = "settle_or_overflow"
     settle_risk: float = 0.1
+    merge: str = "evidence"
+    hit_spread: bool = True
 
     @property
     def num_rounds(self) -> int:
@@ -148,6 +150,9 @@ class Ledger(NamedTuple):
       null_sum: ``float32[B]`` per bucket, :math:`\sum (1 - q) y`: where
         non-relevant answers sit (their location :math:`\mu_{0,b}`).
       null_weight: ``float32[B]`` per bucket, :math:`\sum (1 - q)`.
+      hit_sum: ``float32[]`` :math:`\sum q y`: where relevant answers sit
+        (their location :math:`\mu_1`, prior 1).
+      hit_square_sum: ``float32[]`` :math:`\sum q y^2`: their spread.
       count: ``int32[]`` queries seen.
     """
 
@@ -161,6 +166,8 @@ class Ledger(NamedTuple):
     noise_count: Array
     null_sum: Array
     null_weight: Array
+    hit_sum: Array
+    hit_square_sum: Array
     count: Array
 
 
@@ -341,6 +348,8 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
             noise_count=jnp.zeros((), jnp.float32),
             null_sum=jnp.zeros((num_buckets,), jnp.float32),
             null_weight=jnp.zeros((num_buckets,), jnp.float32),
+            hit_sum=jnp.zeros((), jnp.float32),
+            hit_square_sum=jnp.zeros((), jnp.float32),
             count=jnp.zeros((), jnp.int32),
         )
 
@@ -356,9 +365,17 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
         """``float32[B]``: mean answer of non-relevant candidates per bucket."""
         return ledger.null_sum / (ledger.null_weight + config.noise_prior_weight)
 
+    def hit_location(ledger: Ledger) -> Array:
+        """``float32[]``: mean answer of relevant candidates (prior 1)."""
+        weight = jnp.sum(ledger.hits)
+        prior = config.noise_prior_weight
+        return (ledger.hit_sum + prior) / (weight + prior)
+
     def distances(ledger: Ledger, rs: RoundState) -> Array:
         location = null_location(ledger)[bucket_of(rs.rank)]
-        return jnp.minimum(jnp.abs(rs.values - location), 1.0 - rs.values)
+        return jnp.minimum(
+            jnp.abs(rs.values - location), jnp.abs(rs.values - hit_location(ledger))
+        )
 
     def noise_variance(ledger: Ledger, rs: RoundState) -> Array:
         inside = rs.scored & (rs.values > 0.0) & (rs.values < 1.0)
@@ -368,15 +385,30 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
         second_moment = (total + noise_prior_sq) / (count + config.noise_prior_weight)
         return truncation_corrected_variance(second_moment)
 
-    def posterior(ledger: Ledger, rs: RoundState) -> Array:
-        bucket = bucket_of(rs.rank)
-        prior = rates(ledger)[bucket, jnp.maximum(rs.found_at, 0)]
+    def hit_variance(ledger: Ledger, variance: Array) -> Array:
+        """Spread of relevant answers: at least the noise, more when relevance is
+        graded (a heavier tail towards the middle than the noise alone)."""
+        if not config.hit_spread:
+            return variance
+        weight = jnp.sum(ledger.hits) + config.noise_prior_weight
+        mean = hit_location(ledger)
+        second = (ledger.hit_square_sum + config.noise_prior_weight) / weight
+        return jnp.maximum(variance, second - mean**2)
+
+    def log_likelihood_ratio(ledger: Ledger, rs: RoundState) -> Array:
         variance = noise_variance(ledger, rs)
-        location = null_location(ledger)[bucket]
-        log_lr = ((rs.values - location) ** 2 - (rs.values - 1.0) ** 2) / (
-            2.0 * variance
+        high_variance = hit_variance(ledger, variance)
+        location = null_location(ledger)[bucket_of(rs.rank)]
+        high = hit_location(ledger)
+        return (
+            (rs.values - location) ** 2 / (2.0 * variance)
+            - (rs.values - high) ** 2 / (2.0 * high_variance)
+            - 0.5 * jnp.log(high_variance / variance)
         )
-        log_odds = _logit(prior) + log_lr
+
+    def posterior(ledger: Ledger, rs: RoundState) -> Array:
+        prior = rates(ledger)[bucket_of(rs.rank), jnp.maximum(rs.found_at, 0)]
+        log_odds = _logit(prior) + log_likelihood_ratio(ledger, rs)
         return jnp.where(rs.scored, jax.nn.sigmoid(log_odds), 0.0)
 
     def found_state(ledger: Ledger, rs: RoundState) -> Array:
@@ -419,10 +451,29 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
         rate = rates(ledger)[bucket_of(rs.rank), found_state(ledger, rs)]
         num_chosen = jnp.sum(chosen)
         expected = jnp.sum(jnp.where(chosen, rate, 0.0)) / jnp.maximum(num_chosen, 1)
-        if config.stop_rule == "found":
-            worth = ~settled(ledger, rs)
-        else:
-            worth = expected >= ledger.price
+        unsettled = ~settled(ledger, rs)
+        priced = expected >= ledger.price
+        if config.stop_rule == "settle":
+            worth = unsettled
+        elif config.stop_rule == "price":
+            worth = priced
+        elif config.stop_rule == "settle_and_price":
+            worth = unsettled & priced
+        elif config.stop_rule == "settle_or_expected":
+            # Settled, but the next round is still expected to find one more.
+            worth = unsettled | (expected * num_chosen >= 1.0)
+        elif config.stop_rule == "settle_or_overflow":
+            # Use it or lose it: calls the carry cap would discard cost nothing.
+            after = ledger.balance + rs.allowance - (rs.calls + num_chosen) * UNITS
+            worth = unsettled | (after >= carry_units)
+        elif config.stop_rule == "settle_or_price":
+            worth = unsettled | priced
+        else:  # "settle_or_marginal"
+            # After settling, a round is still worth it when its rate beats the
+            # least valuable call an unsettled search would make: the deepest
+            # round's rate with nothing found.
+            marginal = rates(ledger)[num_rounds - 1, 0]
+            worth = unsettled | (expected >= marginal)
         go = ~rs.done & (rs.round < num_rounds) & (num_chosen > 0) & worth
         return chosen & go
 
@@ -463,6 +514,20 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
             q + 1e-4 * rs.values,
             unscored_rate - 1e-7 * rs.rank.astype(jnp.float32),
         )
+        if config.merge == "evidence":
+            # A direct answer lifts a candidate above the unscored ones only when
+            # it is evidence for relevance (likelihood ratio > 1); answers that
+            # speak against relevance sink below them.
+            favours = log_likelihood_ratio(ledger, rs) > 0.0
+            scores = jnp.where(
+                rs.scored,
+                jnp.where(favours, 2.0 + rs.values, rs.values - 1.0),
+                1.0 - 1e-3 * rs.rank.astype(jnp.float32),
+            )
+        if config.merge == "anchors_first":
+            scores = jnp.where(
+                rs.scored, 2.0 + rs.values, -1e-3 * rs.rank.astype(jnp.float32)
+            )
         scores = jnp.where(rs.usable, scores, -jnp.inf)
         cells = bucket * num_states + jnp.maximum(rs.found_at, 0)
         weight = rs.scored.astype(jnp.float32)
@@ -489,6 +554,9 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
             noise_count=ledger.noise_count + jnp.sum(inside),
             null_sum=null_sum,
             null_weight=null_weight,
+            hit_sum=ledger.hit_sum + jnp.sum(weight * q * rs.values),
+            hit_square_sum=ledger.hit_square_sum
+            + jnp.sum(weight * q * rs.values**2),
             count=ledger.count + 1,
         )
         info = AdaptiveInfo(
