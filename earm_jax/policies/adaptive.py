@@ -80,12 +80,26 @@ import jax.numpy as jnp
 from earm_jax.base import Observation, Query
 from earm_jax.types import Array, ArrayLike
 
+STOP_RULES = (
+    "settle_or_overflow",
+    "settle",
+    "price",
+    "settle_and_price",
+    "settle_or_price",
+    "settle_or_marginal",
+    "settle_or_expected",
+)
+"""Stopping rules; the first is the default (the others are measured negatives)."""
+
+MERGES = ("evidence", "posterior", "anchors_first")
+"""How direct scores and unscored candidates share one ranking."""
+
 UNITS = 1024
 """Ledger units per call: allowances are exact multiples of 1/1024 call."""
 
 
 class AdaptiveConfig(NamedTuple):
-    """Static settings of the adaptive policy (closed over, never traced).
+    r"""Static settings of the adaptive policy (closed over, never traced).
 
     Attributes:
       pool_size: ``N``.
@@ -136,7 +150,7 @@ class AdaptiveConfig(NamedTuple):
 
 
 class Ledger(NamedTuple):
-    """What the adaptive policy carries from one query to the next.
+    r"""What the adaptive policy carries from one query to the next.
 
     Attributes:
       balance: ``int32[]`` unspent allowance, in 1/1024 call (always >= 0).
@@ -154,6 +168,8 @@ class Ledger(NamedTuple):
         (their location :math:`\mu_1`, prior 1).
       hit_square_sum: ``float32[]`` :math:`\sum q y^2`: their spread.
       count: ``int32[]`` queries seen.
+      call_budget: ``float32[]`` the allowance per usable candidate (traced, so a
+        budget sweep does not recompile; ``init(call_budget)`` sets it).
     """
 
     balance: Array
@@ -169,6 +185,7 @@ class Ledger(NamedTuple):
     hit_sum: Array
     hit_square_sum: Array
     count: Array
+    call_budget: Array
 
 
 class RoundState(NamedTuple):
@@ -226,7 +243,7 @@ class AdaptivePolicy(NamedTuple):
     """The adaptive policy's pure functions; build it with :func:`adaptive_policy`.
 
     Attributes:
-      init: ``() -> Ledger``.
+      init: ``(call_budget=None) -> Ledger``.
       begin: ``(ledger, query, usable=None) -> RoundState``.
       select_round: ``(ledger, round_state) -> bool[N]`` the next round's
         candidates (all False when the query is done).
@@ -275,6 +292,14 @@ def validate_adaptive_config(config: AdaptiveConfig) -> None:
         raise ValueError(f"pacing_rate must be >= 0, got {config.pacing_rate!r}")
     if not config.noise_prior > 0 or config.noise_prior_weight < 0:
         raise ValueError("noise_prior must be > 0 and noise_prior_weight >= 0")
+    if config.stop_rule not in STOP_RULES:
+        raise ValueError(
+            f"stop_rule must be one of {STOP_RULES}, got {config.stop_rule!r}"
+        )
+    if config.merge not in MERGES:
+        raise ValueError(f"merge must be one of {MERGES}, got {config.merge!r}")
+    if not 0.0 < config.settle_risk < 1.0:
+        raise ValueError(f"settle_risk must be in (0, 1), got {config.settle_risk!r}")
     if len(config.rate_prior) != 2 or min(config.rate_prior) <= 0:
         raise ValueError(f"rate_prior must be two counts > 0, got {config.rate_prior}")
 
@@ -332,11 +357,11 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
     num_states = config.num_found_states
     cap = config.per_query_cap
     carry_units = config.carry_cap * UNITS
-    budget_units = config.call_budget * UNITS
     prior_hits, prior_misses = (float(v) for v in config.rate_prior)
     noise_prior_sq = config.noise_prior**2 * config.noise_prior_weight
 
-    def init() -> Ledger:
+    def init(call_budget: ArrayLike | None = None) -> Ledger:
+        budget = config.call_budget if call_budget is None else call_budget
         return Ledger(
             balance=jnp.zeros((), jnp.int32),
             accrued=jnp.zeros((), jnp.float32),
@@ -351,6 +376,7 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
             hit_sum=jnp.zeros((), jnp.float32),
             hit_square_sum=jnp.zeros((), jnp.float32),
             count=jnp.zeros((), jnp.int32),
+            call_budget=jnp.clip(jnp.asarray(budget, jnp.float32), 0.0, 1.0),
         )
 
     def rates(ledger: Ledger) -> Array:
@@ -424,7 +450,9 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
     def begin(ledger: Ledger, query: Query, usable: ArrayLike | None = None):
         usable = jnp.asarray(query.valid if usable is None else usable, bool)
         num_usable = jnp.sum(usable)
-        allowance = jnp.floor(budget_units * num_usable.astype(jnp.float32))
+        allowance = jnp.floor(
+            ledger.call_budget * UNITS * num_usable.astype(jnp.float32)
+        )
         allowance = allowance.astype(jnp.int32)
         available = (ledger.balance + allowance) // UNITS
         limit = jnp.clip(available, 0, jnp.minimum(cap, num_usable))
@@ -558,6 +586,7 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
             hit_square_sum=ledger.hit_square_sum
             + jnp.sum(weight * q * rs.values**2),
             count=ledger.count + 1,
+            call_budget=ledger.call_budget,
         )
         info = AdaptiveInfo(
             scores=scores,
@@ -612,6 +641,7 @@ def run_adaptive(
     queries: Query,
     scores: ArrayLike,
     usable: ArrayLike | None = None,
+    call_budget: ArrayLike | None = None,
 ) -> tuple[Ledger, AdaptiveInfo]:
     """The adaptive policy over one stream's queries (``lax.scan``; jit-able).
 
@@ -620,6 +650,7 @@ def run_adaptive(
       queries: :class:`Query` with a leading ``T`` axis.
       scores: ``float32[T, N]`` the scorer's answers (read only where scored).
       usable: ``bool[T, N]`` (default ``queries.valid``).
+      call_budget: overrides ``config.call_budget`` (may be traced).
 
     Returns:
       ``(final ledger, AdaptiveInfo with a leading T axis)``.
@@ -631,7 +662,9 @@ def run_adaptive(
         return policy.step(ledger, query, row, use)
 
     return jax.lax.scan(
-        one_query, policy.init(), (queries, jnp.asarray(scores, jnp.float32), usable)
+        one_query,
+        policy.init(call_budget),
+        (queries, jnp.asarray(scores, jnp.float32), usable),
     )
 
 
@@ -659,6 +692,8 @@ def rounds_summary(rounds: Sequence[int] | ArrayLike) -> dict[str, float]:
 
 
 __all__ = [
+    "MERGES",
+    "STOP_RULES",
     "UNITS",
     "AdaptiveConfig",
     "AdaptiveInfo",

@@ -1,0 +1,221 @@
+"""The adaptive multi-round policy: the hard call ledger, one code path for the
+traced simulator and the host loop, causality, no recompiles."""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from earm_jax.base import Query
+from earm_jax.policies import adaptive as ad
+
+POOL = 24
+CONFIG = ad.AdaptiveConfig(pool_size=POOL, round_sizes=(2, 4, 8), max_carry=30)
+
+
+def _stream(seed: int, num_queries: int = 12, pool: int = POOL):
+    rng = np.random.default_rng(seed)
+    similarity = np.sort(rng.normal(size=(num_queries, pool)), axis=1)[:, ::-1]
+    valid = np.ones((num_queries, pool), bool)
+    valid[:, pool - rng.integers(0, pool // 2) :] = False
+    relevant = (rng.random((num_queries, pool)) < 0.08) & valid
+    scores = np.clip(relevant + 0.15 * rng.normal(size=relevant.shape), 0, 1)
+    queries = Query(
+        jnp.tile(jnp.arange(pool, dtype=jnp.int32), (num_queries, 1)),
+        jnp.asarray(np.where(valid, similarity, -np.inf), jnp.float32),
+        jnp.asarray(valid),
+    )
+    return queries, jnp.asarray(np.where(valid, scores, 0.0), jnp.float32)
+
+
+def _accrued(config, usable_counts):
+    per_query = np.floor(config.call_budget * ad.UNITS * np.asarray(usable_counts))
+    return np.cumsum(per_query) / ad.UNITS
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(
+    budget=st.sampled_from([0.0, 0.07, 0.15, 0.25, 0.5, 1.0]),
+    counts=st.lists(st.integers(0, POOL), min_size=16, max_size=16),
+    adversary=st.sampled_from(["zeros", "ones", "noise", "alternate"]),
+    seed=st.integers(0, 2**16),
+)
+def test_calls_never_exceed_the_accrued_allowance(budget, counts, adversary, seed):
+    """Running total of calls <= allowance accrued so far, at every query, for
+    scorers that never settle (all zeros), always settle (all ones), noise, and
+    pools that come and go."""
+    config = CONFIG._replace(call_budget=budget)
+    policy = ad.adaptive_policy(CONFIG)
+    rng = np.random.default_rng(seed)
+    num_queries = len(counts)
+    valid = np.arange(POOL)[None, :] < np.asarray(counts)[:, None]
+    if adversary == "zeros":
+        scores = np.zeros((num_queries, POOL))
+    elif adversary == "ones":
+        scores = np.ones((num_queries, POOL))
+    elif adversary == "alternate":
+        scores = np.tile(np.arange(POOL) % 2, (num_queries, 1)).astype(float)
+    else:
+        scores = rng.random((num_queries, POOL))
+    queries = Query(
+        jnp.tile(jnp.arange(POOL, dtype=jnp.int32), (num_queries, 1)),
+        jnp.asarray(np.where(valid, -np.arange(POOL)[None, :], -np.inf), jnp.float32),
+        jnp.asarray(valid),
+    )
+    ledger, info = _BUDGETED(queries, jnp.asarray(scores, jnp.float32), budget)
+    calls = np.asarray(info.calls)
+    assert np.all(np.cumsum(calls) <= _accrued(config, counts) + 1e-9)
+    assert np.all(calls <= config.per_query_cap)
+    assert np.all(calls <= np.asarray(counts))
+    assert np.all(np.asarray(info.rounds) <= config.num_rounds)
+    assert int(ledger.balance) >= 0
+    # Only usable candidates are ever scored.
+    assert not np.any(np.asarray(info.anchors) & ~valid)
+
+
+_JITTED: dict = {}
+_BUDGETED = jax.jit(
+    lambda q, s, b: ad.run_adaptive(ad.adaptive_policy(CONFIG), q, s, call_budget=b)
+)
+
+
+def _run(policy):
+    if policy.config not in _JITTED:
+        _JITTED[policy.config] = jax.jit(
+            lambda q, s: ad.run_adaptive(policy, q, s)
+        )
+    return _JITTED[policy.config]
+
+
+def test_traced_step_equals_the_host_round_loop():
+    """``step`` (fori_loop, jitted) and ``score_query`` (a Python loop calling a
+    scorer once per round) give the same anchors, scores and ledger."""
+    policy = ad.adaptive_policy(CONFIG)
+    queries, scores = _stream(0, num_queries=6)
+    step = jax.jit(policy.step)
+    traced_ledger = host_ledger = policy.init()
+    requests = []
+    for t in range(scores.shape[0]):
+        query = jax.tree.map(lambda leaf, t=t: leaf[t], queries)
+        traced_ledger, traced = step(traced_ledger, query, scores[t])
+
+        def scorer(mask, t=t):
+            requests.append(int(mask.sum()))
+            return jnp.where(mask, scores[t], jnp.nan)
+
+        host_ledger, host = policy.score_query(host_ledger, query, scorer)
+        np.testing.assert_array_equal(traced.anchors, host.anchors)
+        np.testing.assert_allclose(traced.scores, host.scores, rtol=1e-6)
+        assert int(traced.calls) == int(host.calls)
+        assert int(traced.rounds) == int(host.rounds)
+    for got, want in zip(jax.tree.leaves(traced_ledger), jax.tree.leaves(host_ledger)):
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert sum(requests) == int(traced_ledger.spent)
+
+
+def test_vmap_over_streams_equals_a_loop():
+    policy = ad.adaptive_policy(CONFIG)
+    streams = [_stream(seed) for seed in range(3)]
+    queries = jax.tree.map(lambda *leaves: jnp.stack(leaves), *[s[0] for s in streams])
+    scores = jnp.stack([s[1] for s in streams])
+    batched = jax.jit(jax.vmap(lambda q, s: ad.run_adaptive(policy, q, s)))
+    _, infos = batched(queries, scores)
+    for i, (q, s) in enumerate(streams):
+        _, info = _run(policy)(q, s)
+        for got, want in zip(jax.tree.leaves(infos), jax.tree.leaves(info)):
+            np.testing.assert_allclose(
+                np.asarray(got)[i], want, rtol=1e-5, atol=1e-7
+            )
+
+
+def test_causal_future_scores_change_nothing_before():
+    policy = ad.adaptive_policy(CONFIG)
+    queries, scores = _stream(1)
+    _, base = _run(policy)(queries, scores)
+    changed = scores.at[7:].set(1.0 - scores[7:])
+    _, other = _run(policy)(queries, changed)
+    for got, want in zip(jax.tree.leaves(other), jax.tree.leaves(base)):
+        np.testing.assert_array_equal(np.asarray(got)[:7], np.asarray(want)[:7])
+
+
+def test_second_call_does_not_recompile():
+    policy = ad.adaptive_policy(CONFIG)
+
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def run(queries, scores):
+        return ad.run_adaptive(policy, queries, scores)
+
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def step(ledger, query, row):
+        return policy.step(ledger, query, row)
+
+    for seed in (0, 1):
+        queries, scores = _stream(seed)
+        ledger, _ = run(queries, scores)
+        step(ledger, jax.tree.map(lambda leaf: leaf[0], queries), scores[0])
+
+
+def test_finds_the_evidence_and_ranks_it_first():
+    """With a clean scorer, a query whose evidence sits at similarity rank 5 is
+    searched past the first round and the evidence ranks first."""
+    config = ad.AdaptiveConfig(pool_size=POOL, round_sizes=(2, 4, 8), call_budget=1.0)
+    policy = ad.adaptive_policy(config)
+    query = Query(
+        jnp.arange(POOL, dtype=jnp.int32),
+        -jnp.arange(POOL, dtype=jnp.float32),
+        jnp.ones(POOL, bool),
+    )
+    truth = jnp.zeros(POOL).at[5].set(1.0)
+    ledger, info = policy.score_query(policy.init(), query, lambda mask: truth)
+    assert int(info.rounds) == 2 and int(info.calls) == 6
+    assert int(jnp.argmax(info.scores)) == 5
+    # A direct "no" sinks below the unscored candidates.
+    assert float(info.scores[0]) < float(info.scores[10])
+
+
+def test_noise_estimate_tracks_the_scorer():
+    """Estimated from the answers alone; close at noise 0.1, biased low (but
+    larger) at 0.3, where the learned non-relevant location absorbs some noise."""
+    rng = np.random.default_rng(0)
+    policy = ad.adaptive_policy(ad.AdaptiveConfig(pool_size=50, call_budget=1.0))
+    run = jax.jit(lambda q, s: ad.run_adaptive(policy, q, s))
+    estimates = []
+    for noise in (0.1, 0.3):
+        relevant = rng.random((40, 50)) < 0.03
+        scores = np.clip(relevant + noise * rng.normal(size=relevant.shape), 0, 1)
+        queries = Query(
+            jnp.tile(jnp.arange(50, dtype=jnp.int32), (40, 1)),
+            jnp.tile(-jnp.arange(50, dtype=jnp.float32), (40, 1)),
+            jnp.ones((40, 50), bool),
+        )
+        _, info = run(queries, jnp.asarray(scores, jnp.float32))
+        estimates.append(float(info.noise[-1]))
+    assert abs(estimates[0] - 0.1) < 0.035
+    assert 0.15 < estimates[1] < 0.35 and estimates[1] > 1.5 * estimates[0]
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("pool_size", 0),
+        ("round_sizes", ()),
+        ("round_sizes", (4, 0)),
+        ("call_budget", 1.5),
+        ("max_per_query", -1),
+        ("initial_price", 0.0),
+        ("stop_rule", "never"),
+        ("merge", "mystery"),
+    ],
+)
+def test_bad_config_raises_naming_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        ad.adaptive_policy(ad.AdaptiveConfig(pool_size=8)._replace(**{field: value}))
