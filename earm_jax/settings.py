@@ -23,6 +23,7 @@ from earm_jax.base import Policy
 from earm_jax.core.config import SolverConfig
 from earm_jax.core.solvers import SOLVERS
 from earm_jax.policies import paper_policy, scaled_schedule, stage_schedule
+from earm_jax.policies.adaptive import AdaptiveConfig
 from earm_jax.policies.budget import PAPER_STAGE_RATIOS
 from earm_jax.types import ArrayLike
 
@@ -41,6 +42,10 @@ class EarmSettings:
       block_size: queries per stage of the paper's schedule.
       stage_ratios: the stage budgets as fractions of the pool.
       budget_scale: every stage budget times this (1: the paper's).
+      preset: ``"paper"`` (the seven policies) or ``"best"``: also the adaptive
+        multi-round policy under a hard call budget
+        (:mod:`earm_jax.policies.adaptive`), reported as policy ``best``.
+      call_budget: ``best``'s hard cap on calls as a fraction of Full's.
     """
 
     rank: int = 8
@@ -52,6 +57,8 @@ class EarmSettings:
     block_size: int = 10
     stage_ratios: tuple[float, ...] = PAPER_STAGE_RATIOS
     budget_scale: float = 1.0
+    preset: str = "paper"
+    call_budget: float = 0.25
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -72,6 +79,14 @@ class EarmSettings:
         if not 0 < self.high_fraction <= 1:
             raise ValueError(
                 f"{name}.high_fraction must be in (0, 1], got {self.high_fraction!r}"
+            )
+        if self.preset not in PRESETS:
+            raise ValueError(
+                f"{name}.preset must be one of {PRESETS}, got {self.preset!r}"
+            )
+        if not 0.0 <= self.call_budget <= 1.0:
+            raise ValueError(
+                f"{name}.call_budget must be in [0, 1], got {self.call_budget!r}"
             )
         if self.budget_scale < 0:
             raise ValueError(
@@ -125,4 +140,20 @@ class EarmSettings:
         )
 
 
-__all__ = ["EarmSettings"]
+    def adaptive_config(self, pool_size: int) -> AdaptiveConfig | None:
+        """The ``best`` preset's adaptive policy for ``pool_size`` (``None``
+        unless ``preset == "best"``).
+
+        >>> EarmSettings(preset="best", call_budget=0.15).adaptive_config(200)
+        ... # doctest: +ELLIPSIS
+        AdaptiveConfig(pool_size=200, round_sizes=(5, 15, 45, 135), call_budget=0.15, ...)
+        """
+        if self.preset != "best":
+            return None
+        return AdaptiveConfig(pool_size=pool_size, call_budget=self.call_budget)
+
+
+PRESETS = ("paper", "best")
+"""``paper``: the seven policies of DESIGN §3; ``best``: and the adaptive policy."""
+
+__all__ = ["PRESETS", "EarmSettings"]

@@ -147,6 +147,24 @@ def locomo(
         int, typer.Option(help="Answer at most this many queries (0 = all).")
     ] = 0,
     resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 1000,
+    preset: Annotated[
+        str,
+        typer.Option(
+            help="paper (seven policies) or best (adds the adaptive multi-round "
+            "policy 'best' under a hard call budget)."
+        ),
+    ] = "paper",
+    call_budget: Annotated[
+        float,
+        typer.Option(help="best: hard cap on calls as a fraction of Full's calls."),
+    ] = 0.25,
+    graded: Annotated[
+        float,
+        typer.Option(
+            help="Evidence stand-in: a non-relevant candidate's expected score is "
+            "G x (similarity percentile in its pool)^2 before noise (0: off)."
+        ),
+    ] = 0.0,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write JSON here.")
     ] = None,
@@ -220,6 +238,9 @@ def locomo(
         num_resamples=resamples,
         conversations=tuple(_names(conversations)),
         limit=limit,
+        graded=graded,
+        preset=preset,
+        call_budget=call_budget,
     )
     with user_errors("fix the option named above (see `earm locomo --help`)"):
         job.validate()
@@ -236,6 +257,14 @@ def locomo(
         console.print(output.contrasts_table(run, metric_list, "Paired contrasts"))
         if run["call_saving"] is not None:
             console.print(f"call saving of Mixed vs Full: {run['call_saving']:.1%}")
+        best = run["results"].get("best")
+        if best is not None:
+            full_calls = run["results"]["full"]["calls"]
+            console.print(
+                f"best: {best['calls']} calls ({best['calls'] / full_calls:.1%} of "
+                f"Full, cap {job.call_budget:.0%}), rounds per query mean "
+                f"{best['rounds']['mean']:.2f}, p95 {best['rounds']['p95']:.0f}"
+            )
     console.print(payload["scorer_note"], markup=False)
     faults = payload["data_faults"]
     console.print(

@@ -30,6 +30,7 @@ from earm_jax.core.config import SolverConfig
 from earm_jax.core.online import online_solver
 from earm_jax.core.run import run
 from earm_jax.eval.metrics import ranking_metrics
+from earm_jax.policies.adaptive import AdaptiveConfig, adaptive_policy, run_adaptive
 from earm_jax.policies.anchors import top_similarity_anchors
 from earm_jax.types import Array, ArrayLike, PRNGKey
 
@@ -51,11 +52,13 @@ class PolicyRanking(NamedTuple):
       scores: ``float32[T, N]`` ranking scores (higher first).
       eligible: ``bool[T, N]`` candidates that may enter the ranking.
       calls: ``int32[T]`` direct-scoring calls paid at each query.
+      rounds: ``int32[T]`` scoring rounds per query (multi-round policies only).
     """
 
     scores: Array
     eligible: Array
     calls: Array
+    rounds: Array | None = None
 
 
 def usable_mask(stream: Stream) -> Array:
@@ -82,7 +85,11 @@ def anchors_first(answers: ArrayLike, anchors: ArrayLike, fallback: ArrayLike) -
 
 
 def compare_policies(
-    key: PRNGKey, stream: Stream, config: SolverConfig, policy: Policy
+    key: PRNGKey,
+    stream: Stream,
+    config: SolverConfig,
+    policy: Policy,
+    adaptive: AdaptiveConfig | None = None,
 ) -> dict[str, PolicyRanking]:
     """Rankings of all seven policies on one stream (jit-able; vmap over streams).
 
@@ -92,9 +99,14 @@ def compare_policies(
       config: the solver configuration for Mixed (Bias-only uses ``rank=0``).
       policy: budget schedule and anchor sampler of the anchored policies
         (Top-similarity uses the same budget schedule, with top-similarity anchors).
+      adaptive: when given, an eighth policy ``"best"``: the adaptive multi-round
+        policy under its hard call budget
+        (:mod:`earm_jax.policies.adaptive`); its ranking's ``rounds`` field
+        holds the rounds per query.
 
     Returns:
-      ``{policy name: PolicyRanking}`` for every name in :data:`POLICIES`.
+      ``{policy name: PolicyRanking}`` for every name in :data:`POLICIES`
+      (and ``"best"``).
     """
     usable = usable_mask(stream)
     answers = jnp.asarray(stream.scores, jnp.float32)
@@ -113,7 +125,13 @@ def compare_policies(
         stream.queries, budgets, usable
     )
     observed_scores = jnp.where(anchors, answers, -jnp.inf)
-    return {
+    extra = {}
+    if adaptive is not None:
+        _, best = run_adaptive(
+            adaptive_policy(adaptive), stream.queries, answers, usable
+        )
+        extra["best"] = PolicyRanking(best.scores, usable, best.calls, best.rounds)
+    return extra | {
         "semantic": PolicyRanking(similarity, usable, jnp.zeros_like(calls)),
         "full": PolicyRanking(
             jnp.where(usable, answers, -jnp.inf),
@@ -165,6 +183,8 @@ def policy_metrics(
             row["mrr"] = metrics.mrr
             has_relevant = metrics.has_relevant
         row["calls"] = ranking.calls.astype(jnp.float32)
+        if ranking.rounds is not None:
+            row["rounds"] = ranking.rounds.astype(jnp.float32)
         results[name] = row
     return results, has_relevant
 
@@ -175,6 +195,7 @@ def evaluate_policies(
     config: SolverConfig,
     policy: Policy,
     ks: Sequence[int] = (10, 20),
+    adaptive: AdaptiveConfig | None = None,
 ) -> tuple[dict[str, dict[str, Array]], Array, Array]:
     """``compare_policies`` then ``policy_metrics`` for one stream.
 
@@ -182,7 +203,7 @@ def evaluate_policies(
       ``(metrics, has_relevant bool[T], budgets int32[T])``; jit with
       ``config``, ``policy`` and ``ks`` closed over.
     """
-    rankings = compare_policies(key, stream, config, policy)
+    rankings = compare_policies(key, stream, config, policy, adaptive)
     metrics, has_relevant = policy_metrics(rankings, stream, ks)
     return metrics, has_relevant, rankings["mixed"].calls
 

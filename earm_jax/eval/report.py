@@ -23,6 +23,9 @@ CONTRASTS = (
     ("mixed", "bias_only"),
     ("mixed", "top_similarity"),
     ("top_similarity", "semantic"),
+    ("best", "top_similarity"),
+    ("best", "mixed"),
+    ("best", "semantic"),
 )
 """Paired contrasts reported, as (treatment, baseline). DESIGN §3: anchor
 contribution = observed - semantic; completion contribution = mixed - observed
@@ -30,9 +33,10 @@ contribution = observed - semantic; completion contribution = mixed - observed
 
 
 def metric_names(metrics: Mapping[str, Mapping[str, np.ndarray]]) -> list[str]:
-    """Ranking metric names (everything but ``calls``), in a stable order."""
-    first = next(iter(metrics.values()))
-    return [name for name in first if name != "calls"]
+    """Ranking metric names (everything but ``calls`` and ``rounds``), in a
+    stable order."""
+    first = metrics.get("semantic", next(iter(metrics.values())))
+    return [name for name in first if name not in ("calls", "rounds")]
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -83,6 +87,13 @@ def summarize(
             "calls": int(round(float(calls.sum()))),
             "calls_per_query": float(calls.mean()),
         }
+        if "rounds" in row:
+            rounds = np.asarray(row["rounds"], float)
+            entry["rounds"] = {
+                "mean": float(rounds.mean()),
+                "p95": float(np.percentile(rounds, 95)),
+                "max": float(rounds.max()),
+            }
         for name in names:
             entry[name] = _interval(
                 stats.mean_ci(np.asarray(row[name]), where=has_relevant, **kwargs)

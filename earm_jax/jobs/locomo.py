@@ -64,6 +64,9 @@ class LocomoJob:
     num_resamples: int = 1000
     conversations: tuple[str, ...] = ()
     limit: int = 0
+    graded: float = 0.0
+    preset: str = "paper"
+    call_budget: float = 0.25
 
     def validate(self) -> None:
         """Raises ``ValueError`` naming the first bad field."""
@@ -80,7 +83,13 @@ class LocomoJob:
         if self.limit < 0:
             raise ValueError(f"limit must be >= 0 (0 = all), got {self.limit}")
         for noise in self.noises:
-            EvidenceNoise(noise, self.false_positive_rate, self.false_negative_rate)
+            EvidenceNoise(
+                noise,
+                self.false_positive_rate,
+                self.false_negative_rate,
+                graded=self.graded,
+            )
+        self.run_settings(self.ranks[0])  # preset and call budget
 
     def run_settings(self, rank: int) -> LocomoRunSettings:
         return LocomoRunSettings(
@@ -89,6 +98,8 @@ class LocomoJob:
             num_sweeps=self.num_sweeps,
             high_fraction=self.high_fraction,
             ks=self.ks,
+            preset=self.preset,
+            call_budget=self.call_budget,
         )
 
 
@@ -316,6 +327,7 @@ def _run_grid(
                         job.false_positive_rate,
                         job.false_negative_rate,
                         seed,
+                        graded=job.graded,
                     )
                     streams = build_streams(
                         conversations,

@@ -123,9 +123,10 @@ def _batched_job(config: SolverConfig, run: LocomoRunSettings) -> Callable:
     policy = _policy(config, run)
 
     def job(keys, streams):
-        return jax.vmap(lambda k, s: evaluate_policies(k, s, config, policy, run.ks))(
-            keys, streams
-        )
+        adaptive = run.adaptive_config(config.pool_size)
+        return jax.vmap(
+            lambda k, s: evaluate_policies(k, s, config, policy, run.ks, adaptive)
+        )(keys, streams)
 
     return jax.jit(job)
 
@@ -135,7 +136,8 @@ def _contexts_job(config: SolverConfig, run: LocomoRunSettings, k: int) -> Calla
     policy = _policy(config, run)
 
     def contexts(key, stream):
-        rankings = compare_policies(key, stream, config, policy)
+        adaptive = run.adaptive_config(config.pool_size)
+        rankings = compare_policies(key, stream, config, policy, adaptive)
         out = {}
         for name, ranking in rankings.items():
             scores = jnp.where(ranking.eligible, ranking.scores, -jnp.inf)

@@ -47,12 +47,18 @@ class EvidenceNoise:
       false_positive_rate: probability an irrelevant pair is labelled relevant.
       false_negative_rate: probability a relevant pair is labelled irrelevant.
       seed: makes the noise reproducible; different seeds, different draws.
+      graded: ``G``: a non-relevant candidate's expected score is
+        ``G * p**2`` (``p`` its similarity percentile in the pool, 1 = most
+        similar) before noise, as LLM rerankers are fooled by on-topic
+        non-evidence. 0 (default): the near-binary oracle. Needs the pool
+        (``evidence_scores(..., percentile=...)``).
     """
 
     noise: float = 0.1
     false_positive_rate: float = 0.0
     false_negative_rate: float = 0.0
     seed: int = 0
+    graded: float = 0.0
 
     def __post_init__(self) -> None:
         if not np.isfinite(self.noise) or self.noise < 0:
@@ -63,6 +69,8 @@ class EvidenceNoise:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int | np.integer):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        if not 0.0 <= self.graded <= 1.0:
+            raise ValueError(f"graded must be in [0, 1], got {self.graded}")
 
     def identity(self) -> ScorerIdentity:
         """The :class:`ScorerIdentity` recorded with every score."""
@@ -73,6 +81,8 @@ class EvidenceNoise:
             "seed": str(int(self.seed)),
             "stand_in": "gold-evidence labels, not an LLM",
         }
+        if self.graded:
+            settings["graded"] = repr(float(self.graded))
         return ScorerIdentity(kind="evidence", settings=tuple(sorted(settings.items())))
 
 
@@ -115,6 +125,7 @@ def evidence_scores(
     *,
     query_keys: np.ndarray | None = None,
     memory_keys: np.ndarray | None = None,
+    percentile: np.ndarray | None = None,
 ) -> np.ndarray:
     """The stand-in scorer's answers for a whole array of pairs, vectorized.
 
@@ -125,9 +136,17 @@ def evidence_scores(
         query of each pair; default: the row index of the leading axis.
       memory_keys: ``uint64`` broadcastable to ``relevant`` (e.g. ``[T, N]``), the
         memory of each pair; default: the position on the last axis.
+      percentile: ``float[..., N]`` similarity percentile of each candidate in
+        its pool (1 = most similar); required when ``knobs.graded > 0``.
 
     Returns:
       ``float32`` scores in [0, 1], shaped like ``relevant``.
+
+    Example (graded: an on-topic non-relevant candidate scores about ``G``):
+      >>> knobs = EvidenceNoise(noise=0.0, graded=0.5)
+      >>> evidence_scores(np.array([True, False, False]), knobs,
+      ...                 percentile=np.array([1.0, 1.0, 0.0])).tolist()
+      [1.0, 0.5, 0.0]
     """
     relevant = np.asarray(relevant, dtype=bool)
     if query_keys is None:
@@ -146,7 +165,27 @@ def evidence_scores(
     radius = np.sqrt(-2.0 * np.log1p(-_uniform(knobs.seed, query_keys, memory_keys, 1)))
     angle = 2.0 * np.pi * _uniform(knobs.seed, query_keys, memory_keys, draw=2)
     gaussian = radius * np.cos(angle)
-    return np.clip(label + knobs.noise * gaussian, 0.0, 1.0).astype(np.float32)
+    expected = label.astype(np.float64)
+    if knobs.graded:
+        if percentile is None:
+            raise ValueError("graded evidence scores need each candidate's percentile")
+        percentile = np.broadcast_to(np.asarray(percentile, np.float64), label.shape)
+        expected = np.where(label, 1.0, knobs.graded * np.clip(percentile, 0, 1) ** 2)
+    return np.clip(expected + knobs.noise * gaussian, 0.0, 1.0).astype(np.float32)
+
+
+def pool_percentiles(valid: np.ndarray) -> np.ndarray:
+    """``float[..., N]`` similarity percentile of each valid candidate in a pool
+    sorted by descending similarity (1 = the most similar, 0 = the least).
+
+    >>> pool_percentiles(np.array([True, True, True, False])).tolist()
+    [1.0, 0.5, 0.0, 0.0]
+    """
+    valid = np.asarray(valid, bool)
+    count = valid.sum(axis=-1, keepdims=True)
+    position = np.cumsum(valid, axis=-1) - 1
+    percentile = np.where(count > 1, 1.0 - position / np.maximum(count - 1, 1), 1.0)
+    return np.where(valid, percentile, 0.0)
 
 
 RelevanceOracle = Callable[[str, str], bool | None]
@@ -209,6 +248,11 @@ class EvidenceScorer:
 
     def score(self, query: str, memories: Sequence[str]) -> list[PairScore]:
         """One :class:`PairScore` per memory, in order."""
+        if self.knobs.graded:
+            raise ValueError(
+                "EvidenceScorer has no pool to grade against: graded > 0 is an "
+                "offline-stream mode (evidence_scores with percentile=...)"
+            )
         labels = [self._oracle(query, memory) for memory in memories]
         known = [position for position, label in enumerate(labels) if label is not None]
         values = evidence_scores(
@@ -239,6 +283,7 @@ __all__ = [
     "RelevanceOracle",
     "evidence_scores",
     "mapping_oracle",
+    "pool_percentiles",
     "relevance_oracle",
     "text_key64",
     "text_keys64",

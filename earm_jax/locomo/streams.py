@@ -26,6 +26,7 @@ from earm_jax.locomo.evidence import (
     STAND_IN_NOTE,
     EvidenceNoise,
     evidence_scores,
+    pool_percentiles,
     text_keys64,
 )
 from earm_jax.locomo.memories import (
@@ -251,7 +252,11 @@ def stream_arrays(
         else np.zeros_like(candidates, np.uint64)
     )
     scores = evidence_scores(
-        relevant, knobs, query_keys=query_keys, memory_keys=pair_memory_keys
+        relevant,
+        knobs,
+        query_keys=query_keys,
+        memory_keys=pair_memory_keys,
+        percentile=pool_percentiles(valid),
     )
     scores = np.where(valid, scores, 0.0).astype(np.float32)
     return StreamArrays(
