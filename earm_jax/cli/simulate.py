@@ -47,6 +47,17 @@ def simulate(
     ] = 0.02,
     seed: Annotated[int, typer.Option(help="Seed of streams and anchors.")] = 0,
     resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 1000,
+    preset: Annotated[
+        str,
+        typer.Option(
+            help="paper (seven policies) or best (adds the adaptive multi-round "
+            "policy 'best' under a hard call budget)."
+        ),
+    ] = "paper",
+    call_budget: Annotated[
+        float,
+        typer.Option(help="best: hard cap on calls as a fraction of Full's calls."),
+    ] = 0.25,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write the results JSON here.")
     ] = None,
@@ -80,6 +91,8 @@ def simulate(
                 solver=solver,
                 num_sweeps=num_sweeps,
                 budget_scale=budget_scale,
+                preset=preset,
+                call_budget=call_budget,
                 high_fraction=high_fraction,
                 seed=seed,
                 num_resamples=resamples,

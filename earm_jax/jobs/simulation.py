@@ -107,9 +107,10 @@ def _compiled_job(shape_json: str) -> Callable:
         stream_key, policy_key = jax.random.split(key)
         streams = make_streams(stream_key, sim_config, settings.streams, knobs)
         keys = jax.random.split(policy_key, settings.streams)
-        return jax.vmap(lambda k, s: evaluate_policies(k, s, config, policy, ks))(
-            keys, streams
-        )
+        adaptive = settings.adaptive_config(settings.pool_size)
+        return jax.vmap(
+            lambda k, s: evaluate_policies(k, s, config, policy, ks, adaptive)
+        )(keys, streams)
 
     return jax.jit(job)
 
