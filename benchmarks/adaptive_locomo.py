@@ -22,12 +22,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from earm_jax import stats
-from earm_jax.compare import anchors_first
-from earm_jax.embed import Embedder
+from earm_jax.eval import stats
+from earm_jax.eval.compare import anchors_first
+from earm_jax.store.embeddings import Embedder
 from earm_jax.locomo import EvidenceNoise, build_streams, load_locomo
 from earm_jax.locomo.evaluate import pad_and_stack
-from earm_jax.metrics import ranking_metrics
+from earm_jax.eval.metrics import ranking_metrics
 from earm_jax.policies import adaptive as ad
 from earm_jax.policies.anchors import top_similarity_anchors
 from earm_jax.policies.budget import stage_schedule
@@ -221,3 +221,38 @@ def main(argv=None):
 
 if __name__ == "__main__":
     main()
+
+
+def run_with_completion(policy, solver_config, batch, usable, mode="completion"):
+    """Experiment: the adaptive anchors, then the solver's completion orders the
+    unscored candidates (EARM on top of adaptive anchors)."""
+    from earm_jax.base import Observation
+    from earm_jax.core.online import online_solver
+    from earm_jax.policies import paper_policy
+
+    solver = online_solver(solver_config, paper_policy(pool_size=solver_config.pool_size))
+
+    def one_stream(stream_queries, scores, use, insert_time):
+        state = solver.init(jax.random.key(0), insert_time)
+
+        def one_query(carry, inputs):
+            ledger, state = carry
+            query, row, u = inputs
+            ledger, info = policy.step(ledger, query, row, u)
+            state, step = solver.observe(state, query, Observation(row, info.anchors))
+            unscored = u & ~info.anchors
+            comp = jnp.clip(step.completed, 0.0, 1.0)
+            rank = ad.similarity_ranks(query.similarity, u).astype(jnp.float32)
+            if mode == "completion":
+                key = 1.0 + 0.5 * comp - 1e-6 * rank
+            else:  # blend: completion breaks ties within coarse similarity blocks
+                key = 1.0 - 1e-3 * rank + 0.05 * comp
+            scores_out = jnp.where(unscored, key, info.scores)
+            return (ledger, state), (scores_out, info.calls, info.rounds)
+
+        _, out = jax.lax.scan(one_query, (policy.init(), state),
+                              (stream_queries, scores, use))
+        return out
+
+    return jax.jit(jax.vmap(one_stream))(batch.queries, batch.scores, usable,
+                                         batch.insert_time)

@@ -8,13 +8,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from earm_jax import stats
-from earm_jax.compare import anchors_first, usable_mask
-from earm_jax.metrics import ranking_metrics
+from earm_jax.eval import stats
+from earm_jax.eval.compare import anchors_first, usable_mask
+from earm_jax.eval.metrics import ranking_metrics
 from earm_jax.policies import adaptive as ad
 from earm_jax.policies.anchors import top_similarity_anchors
 from earm_jax.policies.budget import stage_schedule
-from earm_jax.simulate import SimConfig, make_streams
+from earm_jax.eval.simulate import SimConfig, make_streams
 
 
 def main(overrides: dict, budget: float = 0.25, streams: int = 16):
