@@ -24,13 +24,13 @@ import numpy as np
 
 from earm_jax.eval import stats
 from earm_jax.eval.compare import anchors_first
-from earm_jax.store.embeddings import Embedder
+from earm_jax.eval.metrics import ranking_metrics
 from earm_jax.locomo import EvidenceNoise, build_streams, load_locomo
 from earm_jax.locomo.evaluate import pad_and_stack
-from earm_jax.eval.metrics import ranking_metrics
 from earm_jax.policies import adaptive as ad
 from earm_jax.policies.anchors import top_similarity_anchors
 from earm_jax.policies.budget import stage_schedule
+from earm_jax.store.embeddings import Embedder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -82,8 +82,11 @@ def build(data, setting, noise, graded, seed, cache_dir=None):
 def usable_of(batch):
     t = batch.scores.shape[1]
     inserted = (
-        jnp.take_along_axis(batch.insert_time, batch.queries.candidates.reshape(
-            batch.scores.shape[0], -1), axis=1).reshape(batch.scores.shape)
+        jnp.take_along_axis(
+            batch.insert_time,
+            batch.queries.candidates.reshape(batch.scores.shape[0], -1),
+            axis=1,
+        ).reshape(batch.scores.shape)
         <= jnp.arange(t)[None, :, None]
     )
     return batch.queries.valid & inserted
@@ -97,8 +100,9 @@ def baselines(batch, ks=(10,)):
     sched = stage_schedule(pool)
     budgets = jax.vmap(sched)(jnp.arange(batch.scores.shape[1]))
     top_fn = top_similarity_anchors()
-    top = jax.vmap(jax.vmap(lambda q, b, u: top_fn(None, q, b, u), (0, 0, 0)),
-                   (0, None, 0))(batch.queries, budgets, usable)
+    top = jax.vmap(
+        jax.vmap(lambda q, b, u: top_fn(None, q, b, u), (0, 0, 0)), (0, None, 0)
+    )(batch.queries, budgets, usable)
     out = {
         "semantic": (sim, jnp.zeros(usable.shape[:2])),
         "full": (jnp.where(usable, answers, -jnp.inf), usable.sum(-1)),
@@ -108,10 +112,14 @@ def baselines(batch, ks=(10,)):
 
 
 def metrics_of(scores, batch, usable, k=10):
-    m = ranking_metrics(scores, batch.relevant, k=k, where=usable,
-                        num_relevant=batch.num_relevant)
-    return {"recall@10": np.asarray(m.recall), "ndcg@10": np.asarray(m.ndcg),
-            "mrr": np.asarray(m.mrr)}, np.asarray(m.has_relevant)
+    m = ranking_metrics(
+        scores, batch.relevant, k=k, where=usable, num_relevant=batch.num_relevant
+    )
+    return {
+        "recall@10": np.asarray(m.recall),
+        "ndcg@10": np.asarray(m.ndcg),
+        "mrr": np.asarray(m.mrr),
+    }, np.asarray(m.has_relevant)
 
 
 def run_point(batch, real, config: ad.AdaptiveConfig, variants=None):
@@ -140,32 +148,46 @@ def summarize(rows, has, rounds, pool_calls, conv, resamples=1000):
         for metric in ("recall@10", "ndcg@10", "mrr"):
             out[name][metric] = float(r[metric][has].mean())
     out["best"]["rounds"] = ad.rounds_summary(rounds)
-    rec = stats.gain_recovery(rows["semantic"]["recall@10"], rows["best"]["recall@10"],
-                              rows["full"]["recall@10"], where=has,
-                              num_resamples=resamples)
+    rec = stats.gain_recovery(
+        rows["semantic"]["recall@10"],
+        rows["best"]["recall@10"],
+        rows["full"]["recall@10"],
+        where=has,
+        num_resamples=resamples,
+    )
     out["best"]["gain_recovery"] = [rec.estimate, rec.low, rec.high]
-    rec_t = stats.gain_recovery(rows["semantic"]["recall@10"],
-                                rows["top_similarity"]["recall@10"],
-                                rows["full"]["recall@10"], where=has,
-                                num_resamples=resamples)
+    rec_t = stats.gain_recovery(
+        rows["semantic"]["recall@10"],
+        rows["top_similarity"]["recall@10"],
+        rows["full"]["recall@10"],
+        where=has,
+        num_resamples=resamples,
+    )
     out["top_similarity"]["gain_recovery"] = [rec_t.estimate, rec_t.low, rec_t.high]
     contrasts = {}
     for metric in ("recall@10", "ndcg@10", "mrr"):
-        ci = stats.contrast_ci(rows["best"][metric], rows["top_similarity"][metric],
-                               where=has, num_resamples=resamples)
+        ci = stats.contrast_ci(
+            rows["best"][metric],
+            rows["top_similarity"][metric],
+            where=has,
+            num_resamples=resamples,
+        )
         contrasts[f"best-top_similarity {metric}"] = [ci.estimate, ci.low, ci.high]
     out["contrasts"] = contrasts
     per_conv = {}
     for c in np.unique(conv):
         sel = conv == c
         h = has & sel
-        sem, full, best, top = (rows[n]["recall@10"][h].mean() for n in
-                                ("semantic", "full", "best", "top_similarity"))
+        sem, full, best, top = (
+            rows[n]["recall@10"][h].mean()
+            for n in ("semantic", "full", "best", "top_similarity")
+        )
         per_conv[str(c)] = {
             "recovery": float((best - sem) / (full - sem)),
             "top_sim_recovery": float((top - sem) / (full - sem)),
-            "calls_fraction": float(rows["best"]["calls"][sel].sum()
-                                    / pool_calls[sel].sum()),
+            "calls_fraction": float(
+                rows["best"]["calls"][sel].sum() / pool_calls[sel].sum()
+            ),
             "best-top R@10": float(best - top),
         }
     out["per_conversation"] = per_conv
@@ -188,10 +210,12 @@ def main(argv=None):
     results = {}
     for point in args.points.split(","):
         setting, noise, graded = point.split(":")
-        batch, real, ids = build(args.data, setting, float(noise), float(graded),
-                                 args.seed)
-        config = ad.AdaptiveConfig(pool_size=batch.scores.shape[-1],
-                                   call_budget=args.call_budget, **overrides)
+        batch, real, ids = build(
+            args.data, setting, float(noise), float(graded), args.seed
+        )
+        config = ad.AdaptiveConfig(
+            pool_size=batch.scores.shape[-1], call_budget=args.call_budget, **overrides
+        )
         rows, has, rounds, pool_calls, elapsed, _ = run_point(batch, real, config)
         conv = np.broadcast_to(np.array(ids, object)[:, None], real.shape)[real]
         summary = summarize(rows, has, rounds, pool_calls, conv, args.resamples)
@@ -200,22 +224,31 @@ def main(argv=None):
         b, t = summary["best"], summary["top_similarity"]
         c = summary["contrasts"]
         print(f"{point} budget={args.call_budget} {overrides}")
-        print(f"  sem {summary['semantic']['recall@10']:.3f} full "
-              f"{summary['full']['recall@10']:.3f} top {t['recall@10']:.3f} "
-              f"({t['calls_fraction']:.3f}) best {b['recall@10']:.3f} "
-              f"({b['calls_fraction']:.3f}) rec {b['gain_recovery'][0]:.3f} "
-              f"[{b['gain_recovery'][1]:.3f},{b['gain_recovery'][2]:.3f}] "
-              f"rounds {b['rounds']['mean']:.2f}/{b['rounds']['p95']:.0f}")
+        print(
+            f"  sem {summary['semantic']['recall@10']:.3f} full "
+            f"{summary['full']['recall@10']:.3f} top {t['recall@10']:.3f} "
+            f"({t['calls_fraction']:.3f}) best {b['recall@10']:.3f} "
+            f"({b['calls_fraction']:.3f}) rec {b['gain_recovery'][0]:.3f} "
+            f"[{b['gain_recovery'][1]:.3f},{b['gain_recovery'][2]:.3f}] "
+            f"rounds {b['rounds']['mean']:.2f}/{b['rounds']['p95']:.0f}"
+        )
         for name, v in c.items():
             print(f"  {name}: {v[0]:+.4f} [{v[1]:+.4f}, {v[2]:+.4f}]")
-        print("  ndcg best/top %.3f/%.3f  mrr %.3f/%.3f" % (
-            b["ndcg@10"], t["ndcg@10"], b["mrr"], t["mrr"]))
-        print("  per conv rec:", " ".join(f"{v['recovery']:.2f}"
-                                         for v in summary["per_conversation"].values()))
+        print(
+            f"  ndcg best/top {b['ndcg@10']:.3f}/{t['ndcg@10']:.3f}  "
+            f"mrr {b['mrr']:.3f}/{t['mrr']:.3f}"
+        )
+        print(
+            "  per conv rec:",
+            " ".join(
+                f"{v['recovery']:.2f}" for v in summary["per_conversation"].values()
+            ),
+        )
         sys.stdout.flush()
     if args.out:
-        Path(args.out).write_text(json.dumps(
-            {"args": vars(args), "results": results}, indent=1))
+        Path(args.out).write_text(
+            json.dumps({"args": vars(args), "results": results}, indent=1)
+        )
     return results
 
 
@@ -230,7 +263,9 @@ def run_with_completion(policy, solver_config, batch, usable, mode="completion")
     from earm_jax.core.online import online_solver
     from earm_jax.policies import paper_policy
 
-    solver = online_solver(solver_config, paper_policy(pool_size=solver_config.pool_size))
+    solver = online_solver(
+        solver_config, paper_policy(pool_size=solver_config.pool_size)
+    )
 
     def one_stream(stream_queries, scores, use, insert_time):
         state = solver.init(jax.random.key(0), insert_time)
@@ -250,9 +285,11 @@ def run_with_completion(policy, solver_config, batch, usable, mode="completion")
             scores_out = jnp.where(unscored, key, info.scores)
             return (ledger, state), (scores_out, info.calls, info.rounds)
 
-        _, out = jax.lax.scan(one_query, (policy.init(), state),
-                              (stream_queries, scores, use))
+        _, out = jax.lax.scan(
+            one_query, (policy.init(), state), (stream_queries, scores, use)
+        )
         return out
 
-    return jax.jit(jax.vmap(one_stream))(batch.queries, batch.scores, usable,
-                                         batch.insert_time)
+    return jax.jit(jax.vmap(one_stream))(
+        batch.queries, batch.scores, usable, batch.insert_time
+    )

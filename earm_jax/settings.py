@@ -139,14 +139,13 @@ class EarmSettings:
             budget=budget,
         )
 
-
     def adaptive_config(self, pool_size: int) -> AdaptiveConfig | None:
         """The ``best`` preset's adaptive policy for ``pool_size`` (``None``
         unless ``preset == "best"``).
 
-        >>> EarmSettings(preset="best", call_budget=0.15).adaptive_config(200)
-        ... # doctest: +ELLIPSIS
-        AdaptiveConfig(pool_size=200, round_sizes=(5, 15, 45, 135), call_budget=0.15, ...)
+        >>> config = EarmSettings(preset="best", call_budget=0.15).adaptive_config(200)
+        >>> config.round_sizes, config.call_budget
+        ((5, 15, 45, 135), 0.15)
         """
         if self.preset != "best":
             return None

@@ -380,9 +380,7 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
         )
 
     def rates(ledger: Ledger) -> Array:
-        return (ledger.hits + prior_hits) / (
-            ledger.trials + prior_hits + prior_misses
-        )
+        return (ledger.hits + prior_hits) / (ledger.trials + prior_hits + prior_misses)
 
     def bucket_of(rank: Array) -> Array:
         return jnp.searchsorted(edges, rank, side="right").astype(jnp.int32)
@@ -444,7 +442,9 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
     def settled(ledger: Ledger, rs: RoundState) -> Array:
         """P(no relevant candidate among the scored) <= settle_risk."""
         q = posterior(ledger, rs)
-        log_none = jnp.sum(jnp.where(rs.scored, jnp.log1p(-jnp.minimum(q, 1 - 1e-6)), 0))
+        log_none = jnp.sum(
+            jnp.where(rs.scored, jnp.log1p(-jnp.minimum(q, 1 - 1e-6)), 0)
+        )
         return log_none <= math.log(config.settle_risk)
 
     def begin(ledger: Ledger, query: Query, usable: ArrayLike | None = None):
@@ -583,8 +583,7 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
             null_sum=null_sum,
             null_weight=null_weight,
             hit_sum=ledger.hit_sum + jnp.sum(weight * q * rs.values),
-            hit_square_sum=ledger.hit_square_sum
-            + jnp.sum(weight * q * rs.values**2),
+            hit_square_sum=ledger.hit_square_sum + jnp.sum(weight * q * rs.values**2),
             count=ledger.count + 1,
             call_budget=ledger.call_budget,
         )

@@ -38,9 +38,7 @@ def _accrued(config, usable_counts):
     return np.cumsum(per_query) / ad.UNITS
 
 
-@settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     budget=st.sampled_from([0.0, 0.07, 0.15, 0.25, 0.5, 1.0]),
     counts=st.lists(st.integers(0, POOL), min_size=16, max_size=16),
@@ -52,7 +50,6 @@ def test_calls_never_exceed_the_accrued_allowance(budget, counts, adversary, see
     scorers that never settle (all zeros), always settle (all ones), noise, and
     pools that come and go."""
     config = CONFIG._replace(call_budget=budget)
-    policy = ad.adaptive_policy(CONFIG)
     rng = np.random.default_rng(seed)
     num_queries = len(counts)
     valid = np.arange(POOL)[None, :] < np.asarray(counts)[:, None]
@@ -88,9 +85,7 @@ _BUDGETED = jax.jit(
 
 def _run(policy):
     if policy.config not in _JITTED:
-        _JITTED[policy.config] = jax.jit(
-            lambda q, s: ad.run_adaptive(policy, q, s)
-        )
+        _JITTED[policy.config] = jax.jit(lambda q, s: ad.run_adaptive(policy, q, s))
     return _JITTED[policy.config]
 
 
@@ -115,7 +110,9 @@ def test_traced_step_equals_the_host_round_loop():
         np.testing.assert_allclose(traced.scores, host.scores, rtol=1e-6)
         assert int(traced.calls) == int(host.calls)
         assert int(traced.rounds) == int(host.rounds)
-    for got, want in zip(jax.tree.leaves(traced_ledger), jax.tree.leaves(host_ledger)):
+    for got, want in zip(
+        jax.tree.leaves(traced_ledger), jax.tree.leaves(host_ledger), strict=True
+    ):
         np.testing.assert_allclose(got, want, rtol=1e-5)
     assert sum(requests) == int(traced_ledger.spent)
 
@@ -129,10 +126,10 @@ def test_vmap_over_streams_equals_a_loop():
     _, infos = batched(queries, scores)
     for i, (q, s) in enumerate(streams):
         _, info = _run(policy)(q, s)
-        for got, want in zip(jax.tree.leaves(infos), jax.tree.leaves(info)):
-            np.testing.assert_allclose(
-                np.asarray(got)[i], want, rtol=1e-5, atol=1e-7
-            )
+        for got, want in zip(
+            jax.tree.leaves(infos), jax.tree.leaves(info), strict=True
+        ):
+            np.testing.assert_allclose(np.asarray(got)[i], want, rtol=1e-5, atol=1e-7)
 
 
 def test_causal_future_scores_change_nothing_before():
@@ -141,7 +138,7 @@ def test_causal_future_scores_change_nothing_before():
     _, base = _run(policy)(queries, scores)
     changed = scores.at[7:].set(1.0 - scores[7:])
     _, other = _run(policy)(queries, changed)
-    for got, want in zip(jax.tree.leaves(other), jax.tree.leaves(base)):
+    for got, want in zip(jax.tree.leaves(other), jax.tree.leaves(base), strict=True):
         np.testing.assert_array_equal(np.asarray(got)[:7], np.asarray(want)[:7])
 
 

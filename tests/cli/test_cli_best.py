@@ -1,0 +1,119 @@
+"""``--preset best``: the eighth policy ``best`` in the JSON, with calls, metrics
+with CIs, rounds {mean, p95}, and the contrasts best-top_similarity, best-mixed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from earm_jax.cli import locomo as locomo_command
+from earm_jax.cli import simulate as simulate_command
+from earm_jax.eval.compare import POLICIES
+
+SMALL = [
+    "--streams",
+    "2",
+    "--queries",
+    "20",
+    "--memories",
+    "300",
+    "--pool-size",
+    "60",
+    "--rank",
+    "2",
+    "--resamples",
+    "100",
+    "--seed",
+    "1",
+]
+
+
+def _app(module) -> typer.Typer:
+    app = typer.Typer()
+    module.register(app)
+    app.command("noop")(lambda: None)
+    return app
+
+
+def _check_best(payload: dict, cap: float) -> None:
+    assert set(payload["results"]) == set(POLICIES) | {"best"}
+    best = payload["results"]["best"]
+    full_calls = payload["results"]["full"]["calls"]
+    assert 0 < best["calls"] <= cap * full_calls
+    assert set(best["rounds"]) >= {"mean", "p95"}
+    assert best["rounds"]["p95"] <= 4
+    for metric in ("recall@10", "ndcg@10", "mrr"):
+        low, high = best[metric]["ci"]
+        assert low <= best[metric]["mean"] <= high
+        for contrast in ("best-top_similarity", "best-mixed"):
+            assert "ci" in payload["contrasts"][contrast][metric]
+    assert payload["config"]["preset"] == "best"
+    assert payload["config"]["call_budget"] == cap
+
+
+def test_simulate_preset_best_json(tmp_path):
+    out = tmp_path / "sim.json"
+    result = CliRunner().invoke(
+        _app(simulate_command),
+        [
+            "simulate",
+            *SMALL,
+            "--preset",
+            "best",
+            "--call-budget",
+            "0.2",
+            "--json",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    _check_best(json.loads(out.read_text()), 0.2)
+
+
+def test_unknown_preset_is_refused():
+    result = CliRunner().invoke(
+        _app(simulate_command), ["simulate", *SMALL, "--preset", "fastest"]
+    )
+    assert result.exit_code != 0
+    assert "preset" in result.output
+
+
+@pytest.mark.locomo
+@pytest.mark.slow
+def test_locomo_preset_best_json(tmp_path, locomo_path, embedding_cache_dir):
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(locomo_path / "30.json", data / "30.json")
+    out = tmp_path / "locomo.json"
+    result = CliRunner().invoke(
+        _app(locomo_command),
+        [
+            "locomo",
+            "--data",
+            str(data),
+            "--rank",
+            "2",
+            "--top-k",
+            "10",
+            "--resamples",
+            "100",
+            "--cache-dir",
+            str(embedding_cache_dir),
+            "--num-sweeps",
+            "1",
+            "--preset",
+            "best",
+            "--graded",
+            "0.5",
+            "--json",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    payload = json.loads(out.read_text())
+    _check_best(payload, 0.25)
+    assert payload["config"]["graded"] == 0.5
