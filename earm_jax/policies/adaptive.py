@@ -318,10 +318,11 @@ def truncation_corrected_variance(second_moment: ArrayLike, iterations: int = 4)
 
     For :math:`d \sim |N(0, \sigma^2)|` conditioned on :math:`d < 1/2`,
     :math:`E[d^2] = \sigma^2 (1 - 2c\,\varphi(c) / (2\Phi(c) - 1))` with
-    :math:`c = 1/(2\sigma)`; solved by a few fixed-point steps.
+    :math:`c = 1/(2\sigma)`; solved by a few fixed-point steps (4 steps
+    leave a small bias, 0.293 for a true 0.3; the measured results use 4).
 
     >>> round(float(truncation_corrected_variance(0.3**2 * 0.6347)) ** 0.5, 3)
-    0.3
+    0.293
     """
     second_moment = jnp.asarray(second_moment, jnp.float32)
     variance = second_moment
