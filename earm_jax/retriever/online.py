@@ -36,6 +36,7 @@ from earm_jax.base import NOT_INSERTED, Observation, Query
 from earm_jax.core.config import OnlineSolver, SolverConfig
 from earm_jax.core.grow import grow_state
 from earm_jax.core.online import online_solver
+from earm_jax.policies.adaptive import adaptive_policy
 from earm_jax.policies.rerank import top_k_context
 from earm_jax.scoring.base import Scorer
 from earm_jax.scoring.cache import CachedScorer, ScoreCache
@@ -81,7 +82,9 @@ class Retrieved:
       cache_hits: anchors answered from the score cache.
       failures: ``(memory id, reason)`` for anchors the scorer failed on; they
         count as not observed, never as a made-up score.
-      budget: the policy's direct-scoring budget for this query.
+      budget: the policy's direct-scoring budget for this query (``best``
+        preset: the most this query was allowed to spend under the ledger).
+      rounds: scorer requests made for this query (``best``: 0 to 4 rounds).
     """
 
     memory_ids: list[int]
@@ -92,6 +95,7 @@ class Retrieved:
     cache_hits: int
     failures: list[tuple[int, str]]
     budget: int
+    rounds: int = 1
 
 
 class OnlineRetriever:
@@ -141,6 +145,8 @@ class OnlineRetriever:
             self._save_config()
             self._save_state()
         self._compiled: dict[SolverConfig, tuple[Any, Any]] = {}
+        self._load_ledger()
+        self._adaptive_functions: Any = None
 
     # ------------------------------------------------------------------ helpers
 
@@ -186,6 +192,8 @@ class OnlineRetriever:
 
     def _save_state(self) -> None:
         save_pytree(self.directory / "state.npz", self.state)
+        if getattr(self, "ledger", None) is not None:
+            save_pytree(self.directory / "ledger.npz", self.ledger)
 
     def _save_memories(self) -> None:
         def write_embeddings(path: str) -> None:
@@ -193,6 +201,20 @@ class OnlineRetriever:
                 np.save(handle, self.embeddings)
 
         atomic_write(self.directory / "embeddings.npy", write_embeddings)
+
+    def _adaptive(self):
+        """The ``best`` preset's adaptive policy, or ``None`` (paper preset)."""
+        config = self.config.adaptive_config(self.config.pool_size)
+        return None if config is None else adaptive_policy(config)
+
+    def _load_ledger(self) -> None:
+        policy = self._adaptive()
+        self.ledger = None
+        if policy is not None:
+            path = self.directory / "ledger.npz"
+            self.ledger = (
+                load_pytree(path, policy.init()) if path.exists() else policy.init()
+            )
 
     def _load(self) -> None:
         template = self._solver().init(self._key("init"))
@@ -318,22 +340,61 @@ class OnlineRetriever:
         select, observe = self._functions()
         query = self._pool(np.asarray(self.embedder.embed([text])[0], np.float32))
         index = self.num_queries
-        anchors = np.asarray(select(self._key("select", index), self.state, query))
-        positions = np.flatnonzero(anchors)
-        memory_ids = np.asarray(query.candidates)[positions]
         hits_before = self.scorer.counters.hits
         misses_before = self.scorer.counters.misses
-        answers = self.scorer.score(text, [self.texts[m] for m in memory_ids])
         values = np.zeros(self.config.pool_size, np.float32)
         mask = np.zeros(self.config.pool_size, bool)
-        failures = []
-        for position, memory, answer in zip(
-            positions, memory_ids, answers, strict=True
-        ):
-            if answer.ok:
-                values[position], mask[position] = answer.value, True
-            else:
-                failures.append((int(memory), answer.reason))
+        failures: list[tuple[int, str]] = []
+        memory_ids_all: list[int] = []
+        answers_all: list[Any] = []
+
+        def pay(positions: np.ndarray) -> None:
+            """One batched scorer request for these pool positions."""
+            memory_ids = np.asarray(query.candidates)[positions]
+            answers = self.scorer.score(text, [self.texts[m] for m in memory_ids])
+            for position, memory, answer in zip(
+                positions, memory_ids, answers, strict=True
+            ):
+                if answer.ok:
+                    values[position], mask[position] = answer.value, True
+                else:
+                    failures.append((int(memory), answer.reason))
+            memory_ids_all.extend(int(m) for m in memory_ids)
+            answers_all.extend(answers)
+
+        adaptive = self._adaptive()
+        if adaptive is None:
+            anchors = np.asarray(select(self._key("select", index), self.state, query))
+            pay(np.flatnonzero(anchors))
+            rounds = 1
+        else:
+            # The best preset: rounds of one batched request each, until settled
+            # or the hard call budget (the ledger) says stop.
+            if self._adaptive_functions is None:
+                self._adaptive_functions = (
+                    jax.jit(adaptive.begin),
+                    jax.jit(adaptive.select_round),
+                    jax.jit(adaptive.observe_round),
+                    jax.jit(adaptive.finish),
+                )
+            begin, select_round, observe_round, finish = self._adaptive_functions
+            progress = begin(self.ledger, query)
+            rounds = 0
+            for _ in range(adaptive.config.num_rounds):
+                requested = np.asarray(select_round(self.ledger, progress))
+                if not requested.any():
+                    break
+                pay(np.flatnonzero(requested))
+                rounds += 1
+                progress = observe_round(
+                    self.ledger,
+                    progress,
+                    Observation(jnp.asarray(values), jnp.asarray(mask)),
+                    jnp.asarray(requested),
+                )
+            self.ledger, adaptive_info = finish(self.ledger, progress)
+        memory_ids = np.asarray(memory_ids_all, np.int64)
+        answers = answers_all
         # The log first: a crash after this line loses no paid score.
         self._append_log(
             "observations.jsonl",
@@ -350,10 +411,12 @@ class OnlineRetriever:
             self.state, query, Observation(jnp.asarray(values), jnp.asarray(mask))
         )
         self._save_state()
+        ranking = info.scores if adaptive is None else adaptive_info.scores
+        budget = info.budget if adaptive is None else adaptive_info.limit
         # Ids are assigned in arrival order, so they are the chronological key.
-        ids, chosen = top_k_context(info.scores, query.candidates, query.candidates, k)
+        ids, chosen = top_k_context(ranking, query.candidates, query.candidates, k)
         ids, chosen = np.asarray(ids), np.asarray(chosen)
-        scores = np.asarray(info.scores)
+        scores = np.asarray(ranking)
         position_of = {int(m): p for p, m in enumerate(np.asarray(query.candidates))}
         picked = [int(m) for m, c in zip(ids, chosen, strict=True) if c]
         return Retrieved(
@@ -364,7 +427,8 @@ class OnlineRetriever:
             calls=self.scorer.counters.misses - misses_before,
             cache_hits=self.scorer.counters.hits - hits_before,
             failures=failures,
-            budget=int(info.budget),
+            budget=int(budget),
+            rounds=rounds,
         )
 
     def close(self) -> None:
