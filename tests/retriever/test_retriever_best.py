@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import dataclasses
 
-from test_retriever import CONFIG, KeywordScorer, _memories, _queries, embedder  # noqa: F401
+import pytest
+from test_retriever import CONFIG, KeywordScorer, _memories, _queries
 
 from earm_jax.retriever import OnlineRetriever
+from earm_jax.store.embeddings import Embedder
 
 BEST = dataclasses.replace(
     CONFIG, preset="best", call_budget=0.25, solver="incremental"
 )
+
+
+@pytest.fixture(scope="module")
+def embedder(tmp_path_factory):
+    return Embedder(cache_dir=tmp_path_factory.mktemp("embeddings"))
 
 
 def test_best_preset_pays_in_rounds_under_the_cap_and_survives_restart(
