@@ -1,5 +1,8 @@
 """Policies: budget schedules, anchor samplers, mixed reranking."""
 
+from earm_jax.policies.adaptive import AdaptiveConfig as AdaptiveConfig
+from earm_jax.policies.adaptive import adaptive_policy as adaptive_policy
+from earm_jax.policies.adaptive import run_adaptive as run_adaptive
 from earm_jax.policies.anchors import stratified_anchors as stratified_anchors
 from earm_jax.policies.anchors import top_similarity_anchors as top_similarity_anchors
 from earm_jax.policies.anchors import uniform_anchors as uniform_anchors
@@ -15,6 +18,9 @@ from earm_jax.policies.rerank import mixed_scores as mixed_scores
 from earm_jax.policies.rerank import top_k_context as top_k_context
 
 __all__ = [
+    "AdaptiveConfig",
+    "adaptive_policy",
+    "run_adaptive",
     "PAPER_STAGE_RATIOS",
     "constant_budget",
     "full_policy",
