@@ -79,7 +79,7 @@ def test_unknown_preset_is_refused():
         _app(simulate_command), ["simulate", *SMALL, "--preset", "fastest"]
     )
     assert result.exit_code != 0
-    assert "preset" in result.output
+    assert "preset" in result.output + str(result.exception)
 
 
 @pytest.mark.locomo
