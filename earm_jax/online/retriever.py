@@ -780,21 +780,28 @@ class OnlineRetriever:
             )
             thread.start()
 
+    def warm_up(self) -> None:
+        """Compiles the solver for the current buffer shapes now (else the first
+        query does)."""
+        self._check_open()
+        self._run_dummy(self.state, self.solver_config)
+
+    def _run_dummy(self, state, solver_config) -> None:
+        select, observe = _functions_for(solver_config, self.config)
+        size = self.config.pool_size
+        query = Query(
+            jnp.zeros(size, jnp.int32), jnp.zeros(size, jnp.float32), jnp.zeros(size, bool)
+        )
+        select(self._key("select", 0), state, query)
+        observe(state, query, Observation(jnp.zeros(size), jnp.zeros(size, bool)))
+
     def _warm(self, state, solver_config, target) -> None:
         try:
             grown, grown_config = grow_state(
                 state, solver_config, self._key("grow", sum(target)),
                 num_memories=target[0], capacity=target[1],
             )
-            select, observe = _functions_for(grown_config, self.config)
-            size = self.config.pool_size
-            query = Query(
-                jnp.zeros(size, jnp.int32),
-                jnp.zeros(size, jnp.float32),
-                jnp.zeros(size, bool),
-            )
-            select(self._key("select", 0), grown, query)
-            observe(grown, query, Observation(jnp.zeros(size), jnp.zeros(size, bool)))
+            self._run_dummy(grown, grown_config)
         except Exception:  # noqa: BLE001 - warming is only an optimisation
             pass
 
