@@ -220,6 +220,7 @@ class Retrieved:
         count as not observed, never as a made-up score.
       budget: the policy's direct-scoring budget for this query.
       query_index: this query's index in the retriever's life.
+      ranked_ids: the same memories best first (ties: higher similarity first).
     """
 
     memory_ids: list[MemoryId]
@@ -232,11 +233,11 @@ class Retrieved:
     failures: list[tuple[MemoryId, str]]
     budget: int
     query_index: int
+    ranked_ids: list[MemoryId]
 
     def by_score(self) -> list[MemoryId]:
         """The ids best first (instead of chronological)."""
-        order = sorted(range(len(self.scores)), key=lambda i: -self.scores[i])
-        return [self.memory_ids[i] for i in order]
+        return list(self.ranked_ids)
 
 
 # Jitted select/observe per (solver shapes, policy): shared by every retriever
@@ -392,6 +393,8 @@ class OnlineRetriever:
       CorruptFolderError: the folder fails its consistency check.
       ValueError: a different config or scorer than the folder's.
     """
+
+    _use_snapshot = True
 
     def __init__(
         self,
@@ -564,7 +567,7 @@ class OnlineRetriever:
             raise CorruptFolderError(
                 f"{journal.path}: SQLite integrity check failed: {'; '.join(problems)}"
             )
-        snapshot = journal.latest_snapshot()
+        snapshot = journal.latest_snapshot() if self._use_snapshot else None
         if snapshot is not None:
             after = self._load_snapshot(snapshot)
         # Rows stay visible to queries only once their op is applied: the
@@ -611,7 +614,10 @@ class OnlineRetriever:
         self._queries_since_snapshot = self._count - (
             snapshot[1] if snapshot is not None else 0
         )
-        if self._queries_since_snapshot >= self.config.snapshot_every:
+        if (
+            self._queries_since_snapshot >= self.config.snapshot_every
+            and self._use_snapshot
+        ):
             self.snapshot()
 
     def _initial_state(self, solver_config: SolverConfig) -> SolverState:
@@ -1148,6 +1154,7 @@ class OnlineRetriever:
             failures=failures,
             budget=int(info.budget),
             query_index=index,
+            ranked_ids=[self._ids[candidates[p]] for p in positions_ranked],
         )
 
     def _pay(self, text: str, rows, cached, index: int) -> tuple[list[PairScore], int, int]:

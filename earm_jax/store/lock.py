@@ -87,6 +87,12 @@ class FolderLock:
     def held(self) -> bool:
         return self._fd is not None
 
+    def __enter__(self) -> FolderLock:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
     def release(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
