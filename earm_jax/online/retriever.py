@@ -422,6 +422,7 @@ class OnlineRetriever:
         self._lock = FolderLock(self.directory, timeout=timeout)
         self._journal: Journal | None = None
         self._warming: set[tuple[int, int]] = set()
+        self._warm_thread: threading.Thread | None = None
         try:
             self._open(scorer, embedder, config)
         except BaseException:
@@ -767,24 +768,32 @@ class OnlineRetriever:
     # -------------------------------------------------------------- growth
 
     def _warm_ahead(self) -> None:
-        """Compiles the next buffer shapes in the background (no stall later)."""
+        """Compiles the next buffer shapes in the background (no stall later).
+
+        Queries grow the history by one row each, so warming starts at half of
+        the query capacity; memories arrive in batches, so at three quarters.
+        One warming thread at a time (tracing holds the GIL: it slows queries
+        a little while it runs instead of stalling one query for seconds).
+        """
         if not self.config.precompile or self._replaying:
             return
+        if self._warm_thread is not None and self._warm_thread.is_alive():
+            return
         memories, capacity = self.solver_config.num_memories, self.solver_config.capacity
-        targets = []
-        if self._rows_applied * 2 > memories:
-            targets.append((memories * 2, capacity))
+        target = None
         if (self._count + 1) * 2 > capacity:
-            targets.append((memories, capacity * 2))
-        for target in targets:
-            if target in self._warming:
-                continue
-            self._warming.add(target)
-            state, solver_config = self.state, self.solver_config
-            thread = threading.Thread(
-                target=self._warm, args=(state, solver_config, target), daemon=True
-            )
-            thread.start()
+            target = (memories, capacity * 2)
+        elif self._rows_applied * 4 > memories * 3:
+            target = (memories * 2, capacity)
+        if target is None or target in self._warming:
+            return
+        self._warming.add(target)
+        self._warm_thread = threading.Thread(
+            target=self._warm,
+            args=(self.state, self.solver_config, target),
+            daemon=True,
+        )
+        self._warm_thread.start()
 
     def warm_up(self) -> None:
         """Compiles the solver for the current buffer shapes now (else the first
