@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import metadata, write_json  # noqa: E402
 
-from earm_jax.online.retriever import OnlineRetriever, RetrieverConfig  # noqa: E402
+from earm_jax.retriever import OnlineRetriever, RetrieverConfig  # noqa: E402
 from earm_jax.scoring.base import PairScore, ScorerIdentity  # noqa: E402
 
 

@@ -41,7 +41,7 @@ from earm_jax.locomo import (  # noqa: E402
     load_locomo,
     relevance_oracle,
 )
-from earm_jax.online.retriever import OnlineRetriever, RetrieverConfig  # noqa: E402
+from earm_jax.retriever import OnlineRetriever, RetrieverConfig  # noqa: E402
 
 CONFIG = RetrieverConfig(precompile=False)
 

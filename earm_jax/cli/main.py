@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from earm_jax.cli import locomo, serve_scorer, simulate
+from earm_jax.cli import locomo, retriever, serve_scorer, simulate
 
 app = typer.Typer(
     help="earm_jax: experience-amortized LLM reranking for agent memory.",
@@ -14,6 +14,7 @@ app = typer.Typer(
 simulate.register(app)
 locomo.register(app)
 serve_scorer.register(app)
+retriever.register(app)
 
 
 def main() -> None:

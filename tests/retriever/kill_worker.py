@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from fakes import HashEmbedder, KeywordScorer, memories, queries  # noqa: E402
 
-from earm_jax.online.retriever import OnlineRetriever, RetrieverConfig  # noqa: E402
+from earm_jax.retriever import OnlineRetriever, RetrieverConfig  # noqa: E402
 
 CONFIG = RetrieverConfig(
     pool_size=8,

@@ -11,8 +11,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from fakes import HashEmbedder, KeywordScorer  # noqa: E402
 
-from earm_jax.online.retriever import OnlineRetriever, RetrieverConfig  # noqa: E402
-from earm_jax.online.tenants import TenantRetrievers  # noqa: E402
+from earm_jax.retriever import OnlineRetriever, RetrieverConfig  # noqa: E402
+from earm_jax.retriever.tenants import TenantRetrievers  # noqa: E402
 
 CONFIG = RetrieverConfig(
     pool_size=60, top_k=5, rank=2, initial_memories=128, initial_queries=32,
@@ -66,7 +66,7 @@ def mem0_memory(tmp_path_factory):
 
 
 def test_mem0_pool_reranked_through_earm_per_user(tmp_path, mem0_memory):
-    from earm_jax.integrations.mem0 import EarmReranker, search
+    from earm_jax.retriever.mem0 import EarmReranker, search
 
     scorer = KeywordScorer()
     with TenantRetrievers(tmp_path, scorer, HashEmbedder(), CONFIG) as tenants:
@@ -97,7 +97,7 @@ def test_langchain_retriever_own_pool_and_external_pool(tmp_path):
     from langchain_core.documents import Document
     from langchain_core.retrievers import BaseRetriever
 
-    from earm_jax.integrations.langchain import EarmRetriever
+    from earm_jax.retriever.langchain import EarmRetriever
 
     with OnlineRetriever(tmp_path / "a", KeywordScorer(), HashEmbedder(), CONFIG) as agent:
         agent.add(_facts("carol"), metadata=[{"day": i} for i in range(40)])

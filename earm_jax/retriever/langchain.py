@@ -3,7 +3,7 @@
 Two ways to use it:
 
 * ``EarmRetriever(retriever=agent)``: the agent's
-  :class:`~earm_jax.online.retriever.OnlineRetriever` retrieves and reranks;
+  :class:`~earm_jax.retriever.online.OnlineRetriever` retrieves and reranks;
 * ``EarmRetriever(retriever=agent, base_retriever=other, pool=60)``: another
   LangChain retriever (a vector store's ``as_retriever(k=60)``) fetches the pool
   and EARM reranks all of it (documents need an ``id``).

@@ -4,14 +4,14 @@ Mem0's own ``search(..., rerank=True)`` reranks only the top-k it already cut
 (upstream issue mem0 #6448), so a reranker there cannot bring back what
 similarity missed. Over-fetch instead: :func:`search` asks Mem0 for ``pool``
 results with no score cutoff and reranks all of them through the agent's
-:class:`~earm_jax.online.retriever.OnlineRetriever` (Mem0 ids are the retriever's
+:class:`~earm_jax.retriever.online.OnlineRetriever` (Mem0 ids are the retriever's
 ids; a memory is registered on first sight, an edited one updated).
 :class:`EarmReranker` is also a Mem0 ``BaseReranker`` (``memory.reranker =
 EarmReranker(...)``) for code that calls ``search(rerank=True)``; give it the
 over-fetched list.
 
 Tenants: Mem0's ``user_id`` selects the tenant's retriever when a
-:class:`~earm_jax.online.tenants.TenantRetrievers` is given; one user's results
+:class:`~earm_jax.retriever.tenants.TenantRetrievers` is given; one user's results
 never reach another user's experience.
 
 Install with ``pip install earm_jax[mem0]``. Set ``MEM0_TELEMETRY=False`` and
@@ -24,8 +24,8 @@ from typing import Any
 
 from mem0.reranker.base import BaseReranker
 
-from earm_jax.online.retriever import OnlineRetriever
-from earm_jax.online.tenants import TenantRetrievers
+from earm_jax.retriever.online import OnlineRetriever
+from earm_jax.retriever.tenants import TenantRetrievers
 
 
 class EarmReranker(BaseReranker):

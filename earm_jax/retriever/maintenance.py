@@ -19,7 +19,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from earm_jax.online.retriever import OnlineRetriever
+from earm_jax.retriever.online import OnlineRetriever
 from earm_jax.store.journal import JOURNAL_NAME, CorruptFolderError, Journal
 from earm_jax.store.lock import FolderLock
 
