@@ -104,7 +104,8 @@ def run(num_memories: int, num_queries: int, folder: Path, log_every: int) -> di
             recent = np.asarray(latency[-log_every:]) * 1e3
             print(
                 f"  M={num_memories} q={index + 1}: p50 {np.median(recent):.1f} ms, "
-                f"max {recent.max():.1f} ms, {np.mean(written[-log_every:]):.0f} B/query",
+                f"max {recent.max():.1f} ms, "
+                f"{np.mean(written[-log_every:]):.0f} B/query",
                 flush=True,
             )
     retriever.close()
@@ -132,7 +133,8 @@ def run(num_memories: int, num_queries: int, folder: Path, log_every: int) -> di
             "p50": float(np.median(written)),
             "max": int(written.max()),
             "mean_by_thousand": [
-                float(written[i : i + 1000].mean()) for i in range(0, len(written), 1000)
+                float(written[i : i + 1000].mean())
+                for i in range(0, len(written), 1000)
             ],
         },
         "journal_bytes_on_disk": sum(
@@ -154,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     results = []
     payload = {
-        "benchmark": "online retriever query latency (scorer excluded) and bytes written",
+        "benchmark": "retriever query latency (scorer excluded), bytes written",
         "settings": {
             "config": "RetrieverConfig() defaults",
             "embedder": "random unit vectors (no model)",

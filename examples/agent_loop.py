@@ -90,7 +90,8 @@ def agent(args) -> None:
     folder = Path(args.folder)
     memory_set, questions = _setting(args)
     scorer = CountingScorer(
-        EvidenceScorer(relevance_oracle(memory_set)), folder.parent / f"{folder.name}.calls"
+        EvidenceScorer(relevance_oracle(memory_set)),
+        folder.parent / f"{folder.name}.calls",
     )
     retriever = OnlineRetriever(
         folder, scorer, _embedder(args.embedder, folder.parent), CONFIG
@@ -98,7 +99,9 @@ def agent(args) -> None:
     if retriever.num_memories == 0:
         retriever.add(
             [m.text for m in memory_set.memories],
-            metadata=[{"session": m.session, "date": m.date_time} for m in memory_set.memories],
+            metadata=[
+                {"session": m.session, "date": m.date_time} for m in memory_set.memories
+            ],
             ids=[m.dia_ids[0] for m in memory_set.memories],
         )
     print(f"START {retriever.num_queries}", flush=True)
@@ -112,10 +115,21 @@ def agent(args) -> None:
 
 def _child(args, folder: Path) -> subprocess.Popen:
     command = [
-        sys.executable, str(HERE), "--agent", "--folder", str(folder),
-        "--data", str(args.data), "--questions", str(args.questions),
-        "--conversation", str(args.conversation), "--embedder", args.embedder,
-        "--think", str(args.think),
+        sys.executable,
+        str(HERE),
+        "--agent",
+        "--folder",
+        str(folder),
+        "--data",
+        str(args.data),
+        "--questions",
+        str(args.questions),
+        "--conversation",
+        str(args.conversation),
+        "--embedder",
+        args.embedder,
+        "--think",
+        str(args.think),
     ]
     return subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
 
@@ -174,7 +188,9 @@ def main(argv=None) -> int:
     rankings = {}
     for folder in (straight, interrupted):
         with OnlineRetriever(folder, scorer, embedder, None) as retriever:
-            rankings[folder.name] = [retriever.answer(i) for i in range(retriever.num_queries)]
+            rankings[folder.name] = [
+                retriever.answer(i) for i in range(retriever.num_queries)
+            ]
     same = rankings["straight"] == rankings["interrupted"]
     calls = {"straight": _calls(straight), "interrupted": _calls(interrupted)}
     report = {
@@ -192,7 +208,9 @@ def main(argv=None) -> int:
     }
     print(json.dumps(report, indent=2))
     ok = (
-        killed and same and report["same_calls"]
+        killed
+        and same
+        and report["same_calls"]
         and len(rankings["straight"]) == args.questions
     )
     return 0 if ok else 1

@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(help="Also replay the whole journal and compare the state."),
         ] = False,
     ) -> None:
-        """Consistency check: settings, memories, operations, snapshot (exit 1 if bad)."""
+        """Checks settings, memories, operations and snapshot (exit 1 if bad)."""
         try:
             report = check(path, deep=deep)
         except FolderLockedError as error:

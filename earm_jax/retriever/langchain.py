@@ -61,7 +61,9 @@ class EarmRetriever(BaseRetriever):
             if not candidates:
                 return []
             answer = self.retriever.rerank(query, candidates, k=self.k)
-        ranked = dict(zip(answer.memory_ids, range(len(answer.memory_ids)), strict=True))
+        ranked = dict(
+            zip(answer.memory_ids, range(len(answer.memory_ids)), strict=True)
+        )
         documents = []
         for mid in answer.by_score():
             i = ranked[mid]

@@ -36,11 +36,11 @@ chronological key of a memory is the position of its first version.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
 import threading
-import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -128,7 +128,9 @@ class RetrieverConfig(EarmSettings):
                     f"RetrieverConfig.{name} must be a positive int, got {value!r}"
                 )
         if not _is_int(self.seed) or self.seed < 0:
-            raise ValueError(f"RetrieverConfig.seed must be an int >= 0, got {self.seed!r}")
+            raise ValueError(
+                f"RetrieverConfig.seed must be an int >= 0, got {self.seed!r}"
+            )
         ratios = tuple(self.stage_ratios)
         if not ratios or not all(0 <= r <= 1 for r in ratios):
             raise ValueError(
@@ -139,7 +141,8 @@ class RetrieverConfig(EarmSettings):
         for name in ("scorer_timeout", "lock_timeout"):
             value = getattr(self, name)
             if value is not None and (
-                not isinstance(value, int | float) or isinstance(value, bool)
+                not isinstance(value, int | float)
+                or isinstance(value, bool)
                 or not value >= 0
             ):
                 raise ValueError(
@@ -308,7 +311,9 @@ class _Pending:
 
 def _validated(answer: Any) -> PairScore:
     if not isinstance(answer, PairScore):
-        return PairScore.failure(f"scorer returned {type(answer).__name__}, not a PairScore")
+        return PairScore.failure(
+            f"scorer returned {type(answer).__name__}, not a PairScore"
+        )
     if not answer.ok:
         return PairScore.failure(answer.reason or "failed")
     value = answer.value
@@ -319,6 +324,18 @@ def _validated(answer: Any) -> PairScore:
     if not 0.0 <= value <= 1.0:
         return PairScore.failure(f"score out of range [0, 1]: {value!r}")
     return PairScore.success(float(value))
+
+
+def _serialized(method):
+    """Runs ``method`` under the retriever's lock: threads of one process may
+    share one retriever (one writer per folder, one call at a time)."""
+
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._mutex:
+            return method(self, *args, **kwargs)
+
+    return locked
 
 
 def _failure_kind(reason: str) -> str:
@@ -376,6 +393,7 @@ class OnlineRetriever:
         self._lock = FolderLock(self.directory, timeout=timeout)
         self._journal: Journal | None = None
         self._warming: set[tuple[int, int]] = set()
+        self._mutex = threading.RLock()
         self._warm_thread: threading.Thread | None = None
         try:
             self._open(scorer, embedder, config)
@@ -470,8 +488,7 @@ class OnlineRetriever:
         rows = journal.memory_rows()
         self._reset_memory_tables()
         embeddings = []
-        op_of_row: list[int] = []
-        for position, (row, mid, text, meta, blob, origin, op, retired) in enumerate(
+        for position, (row, mid, text, meta, blob, origin, _op, retired) in enumerate(
             rows
         ):
             where = f"{journal.path}: memory row {row}"
@@ -492,9 +509,10 @@ class OnlineRetriever:
             if not np.all(np.isfinite(vector)):
                 raise CorruptFolderError(f"{where}: embedding is not finite")
             if not 0 <= origin <= row:
-                raise CorruptFolderError(f"{where}: origin {origin} is not an earlier row")
+                raise CorruptFolderError(
+                    f"{where}: origin {origin} is not an earlier row"
+                )
             embeddings.append(vector)
-            op_of_row.append(int(op))
             self._ids.append(mid)
             self._texts.append(text)
             self._metadata.append(metadata)
@@ -502,9 +520,7 @@ class OnlineRetriever:
             self._live.append(retired is None)
             if retired is None:
                 self._row_of[mid] = row
-        self._retired_ids = {
-            mid for mid in self._ids if mid not in self._row_of
-        }
+        self._retired_ids = {mid for mid in self._ids if mid not in self._row_of}
         if embeddings:
             self._embeddings = np.stack(embeddings).astype(np.float32)
         # The experience: snapshot + replay.
@@ -564,7 +580,6 @@ class OnlineRetriever:
                 f"{journal.path}: {len(self._ids)} memory rows stored but only "
                 f"{self._rows_applied} added by the operations"
             )
-        del op_of_row
         self._snapshot_seq = after
         self._queries_since_snapshot = self._count - (
             snapshot[1] if snapshot is not None else 0
@@ -583,22 +598,24 @@ class OnlineRetriever:
         )
 
     def _load_snapshot(self, snapshot) -> int:
-        seq, num_queries, stored_config, leaves = snapshot
+        seq, num_queries, stored_config, leaves, names = snapshot
         where = f"{self._journal.path}: snapshot at operation {seq}"
         try:
             solver_config = SolverConfig(**stored_config)
         except TypeError as error:
             raise CorruptFolderError(f"{where}: bad solver config ({error})") from error
         template = jax.eval_shape(lambda: self._initial_state(solver_config))
-        flat, treedef = jax.tree.flatten(template)
-        if len(flat) != len(leaves):
+        named, treedef = jax.tree_util.tree_flatten_with_path(template)
+        expected = [jax.tree_util.keystr(path) for path, _ in named]
+        if names is not None and list(names) != expected:
             raise CorruptFolderError(
-                f"{where}: {len(leaves)} leaves, the solver state has {len(flat)}"
+                f"{where}: leaves {list(names)} do not match the solver state's "
+                f"{expected}"
             )
-        for number, (want, got) in enumerate(zip(flat, leaves, strict=True)):
+        for name, (_, want), got in zip(expected, named, leaves, strict=True):
             if tuple(want.shape) != got.shape or np.dtype(want.dtype) != got.dtype:
                 raise CorruptFolderError(
-                    f"{where}: leaf {number} is {got.dtype}{list(got.shape)}, the "
+                    f"{where}: leaf {name} is {got.dtype}{list(got.shape)}, the "
                     f"solver expects {np.dtype(want.dtype)}{list(want.shape)}"
                 )
         state = jax.tree.unflatten(treedef, [jnp.asarray(leaf) for leaf in leaves])
@@ -632,7 +649,10 @@ class OnlineRetriever:
         return _functions_for(self.solver_config, self.config)
 
     def _ensure_room(self, num_memories: int, num_queries: int) -> None:
-        memories, capacity = self.solver_config.num_memories, self.solver_config.capacity
+        memories, capacity = (
+            self.solver_config.num_memories,
+            self.solver_config.capacity,
+        )
         while memories < num_memories:
             memories *= 2
         while capacity < num_queries:
@@ -692,8 +712,13 @@ class OnlineRetriever:
                 f"expected {14 * size}"
             )
         parts, offset = [], 0
-        for dtype, width in ((np.int32, 4), (np.float32, 4), (np.bool_, 1),
-                             (np.float32, 4), (np.bool_, 1)):
+        for dtype, width in (
+            (np.int32, 4),
+            (np.float32, 4),
+            (np.bool_, 1),
+            (np.float32, 4),
+            (np.bool_, 1),
+        ):
             parts.append(np.frombuffer(data[offset : offset + width * size], dtype))
             offset += width * size
         candidates, similarity, valid, values, mask = parts
@@ -708,12 +733,17 @@ class OnlineRetriever:
 
     # ------------------------------------------------------------- snapshots
 
+    @_serialized
     def snapshot(self) -> int:
         """Writes the solver state now (atomically); returns the bytes written."""
         self._check_open()
-        leaves = [np.asarray(leaf) for leaf in jax.tree.leaves(self.state)]
+        named = jax.tree_util.tree_flatten_with_path(self.state)[0]
         written = self._journal.write_snapshot(
-            self._last_seq, self._count, self.solver_config._asdict(), leaves
+            self._last_seq,
+            self._count,
+            self.solver_config._asdict(),
+            [np.asarray(leaf) for _, leaf in named],
+            [jax.tree_util.keystr(path) for path, _ in named],
         )
         self._queries_since_snapshot = 0
         self._snapshot_seq = self._last_seq
@@ -733,7 +763,10 @@ class OnlineRetriever:
             return
         if self._warm_thread is not None and self._warm_thread.is_alive():
             return
-        memories, capacity = self.solver_config.num_memories, self.solver_config.capacity
+        memories, capacity = (
+            self.solver_config.num_memories,
+            self.solver_config.capacity,
+        )
         target = None
         if (self._count + 1) * 2 > capacity:
             target = (memories, capacity * 2)
@@ -749,6 +782,7 @@ class OnlineRetriever:
         )
         self._warm_thread.start()
 
+    @_serialized
     def warm_up(self) -> None:
         """Compiles the solver for the current buffer shapes now (else the first
         query does)."""
@@ -759,7 +793,9 @@ class OnlineRetriever:
         select, observe = _functions_for(solver_config, self.config)
         size = self.config.pool_size
         query = Query(
-            jnp.zeros(size, jnp.int32), jnp.zeros(size, jnp.float32), jnp.zeros(size, bool)
+            jnp.zeros(size, jnp.int32),
+            jnp.zeros(size, jnp.float32),
+            jnp.zeros(size, bool),
         )
         select(self._key("select", 0), state, query)
         observe(state, query, Observation(jnp.zeros(size), jnp.zeros(size, bool)))
@@ -767,8 +803,11 @@ class OnlineRetriever:
     def _warm(self, state, solver_config, target) -> None:
         try:
             grown, grown_config = grow_state(
-                state, solver_config, self._key("grow", sum(target)),
-                num_memories=target[0], capacity=target[1],
+                state,
+                solver_config,
+                self._key("grow", sum(target)),
+                num_memories=target[0],
+                capacity=target[1],
             )
             self._run_dummy(grown, grown_config)
         except Exception:  # noqa: BLE001 - warming is only an optimisation
@@ -795,7 +834,9 @@ class OnlineRetriever:
         try:
             vectors = np.asarray(vectors, np.float32)
         except (TypeError, ValueError) as error:
-            raise ValueError(f"the embedder returned no array for {what}: {error}")
+            raise ValueError(
+                f"the embedder returned no array for {what}: {error}"
+            ) from None
         if vectors.ndim != 2 or vectors.shape[0] != len(texts):
             raise ValueError(
                 f"the embedder returned shape {vectors.shape} for {len(texts)} "
@@ -811,7 +852,9 @@ class OnlineRetriever:
             raise ValueError("the embedder returned zero-width vectors")
         if not np.all(np.isfinite(vectors)):
             bad = int(np.flatnonzero(~np.all(np.isfinite(vectors), axis=1))[0])
-            raise ValueError(f"the embedder returned a non-finite vector ({what}[{bad}])")
+            raise ValueError(
+                f"the embedder returned a non-finite vector ({what}[{bad}])"
+            )
         norms = np.linalg.norm(vectors, axis=1)
         if np.any(np.abs(norms - 1.0) > 1e-3):
             bad = int(np.flatnonzero(np.abs(norms - 1.0) > 1e-3)[0])
@@ -849,6 +892,7 @@ class OnlineRetriever:
 
     # -------------------------------------------------------------------- API
 
+    @_serialized
     def add(
         self,
         texts: Sequence[str],
@@ -869,7 +913,9 @@ class OnlineRetriever:
         self._check_open()
         texts = _check_texts(texts)
         if metadata is not None:
-            if isinstance(metadata, Mapping | str) or not isinstance(metadata, Sequence):
+            if isinstance(metadata, Mapping | str) or not isinstance(
+                metadata, Sequence
+            ):
                 raise ValueError("metadata must be a list with one dict per text")
             if len(metadata) != len(texts):
                 raise ValueError(
@@ -913,6 +959,7 @@ class OnlineRetriever:
         self._warm_ahead()
         return list(ids)
 
+    @_serialized
     def update(self, id: MemoryId, text: str, metadata: Mapping | None = None) -> None:
         """Replaces a memory's text (and metadata, if given); keeps its id.
 
@@ -936,7 +983,9 @@ class OnlineRetriever:
             seq = Journal.append_op(db, "retire", {"rows": [old], "reason": "update"})
             db.execute("UPDATE memories SET retired_op=? WHERE row=?", (seq, old))
             seq = Journal.append_op(db, "add", {"first": new, "count": 1})
-            self._append_rows(db, [mid], [text], [meta], vectors, [self._origin[old]], seq)
+            self._append_rows(
+                db, [mid], [text], [meta], vectors, [self._origin[old]], seq
+            )
         self._live[old] = False
         del self._row_of[mid]
         self._apply_retire([old])
@@ -944,6 +993,7 @@ class OnlineRetriever:
         self._apply_add(new, 1)
         self._last_seq = seq
 
+    @_serialized
     def delete(self, ids: Sequence[MemoryId]) -> None:
         """Deletes memories: never a candidate, scored or returned again."""
         self._check_open()
@@ -968,6 +1018,7 @@ class OnlineRetriever:
         self._apply_retire(rows)
         self._last_seq = seq
 
+    @_serialized
     def get(self, ids: Sequence[MemoryId]) -> list[Memory]:
         """The live memories ``ids`` (``KeyError`` naming any unknown or deleted)."""
         self._check_open()
@@ -983,10 +1034,13 @@ class OnlineRetriever:
             for r in [self._row_of[mid]]
         ]
 
+    @_serialized
     def memories(self) -> list[Memory]:
         """Every live memory, in chronological order."""
         rows = sorted(self._row_of.values(), key=lambda r: (self._origin[r], r))
-        return [Memory(self._ids[r], self._texts[r], dict(self._metadata[r])) for r in rows]
+        return [
+            Memory(self._ids[r], self._texts[r], dict(self._metadata[r])) for r in rows
+        ]
 
     # ---------------------------------------------------------------- querying
 
@@ -1037,7 +1091,11 @@ class OnlineRetriever:
             return [[PairScore.failure(reason)] * len(m) for _, m in requests]
         answers = pending.result
         if not isinstance(answers, Sequence) or len(answers) != len(requests):
-            got = len(answers) if isinstance(answers, Sequence) else type(answers).__name__
+            got = (
+                len(answers)
+                if isinstance(answers, Sequence)
+                else type(answers).__name__
+            )
             reason = f"wrong length: {got} answers for {len(requests)} requests"
             return [[PairScore.failure(reason)] * len(m) for _, m in requests]
         out = []
@@ -1084,7 +1142,9 @@ class OnlineRetriever:
         positions_ranked = [
             p for p in np.lexsort((np.arange(size), -scores)) if valid[p]
         ][:k]
-        chosen = sorted(positions_ranked, key=lambda p: (self._origin[candidates[p]], p))
+        chosen = sorted(
+            positions_ranked, key=lambda p: (self._origin[candidates[p]], p)
+        )
         payload = {
             "index": index,
             "text": text,
@@ -1092,7 +1152,9 @@ class OnlineRetriever:
             "calls": calls,
             "cache_hits": hits,
             "budget": int(info.budget),
-            "failures": [[int(rows[i]), a.reason] for i, a in enumerate(answers) if not a.ok],
+            "failures": [
+                [int(rows[i]), a.reason] for i, a in enumerate(answers) if not a.ok
+            ],
             "answer": [int(candidates[p]) for p in positions_ranked],
         }
         with self._journal.transaction() as db:
@@ -1120,13 +1182,22 @@ class OnlineRetriever:
             ranked_ids=[self._ids[candidates[p]] for p in positions_ranked],
         )
 
-    def _pay(self, text: str, rows, cached, index: int) -> tuple[list[PairScore], int, int]:
+    def _pay(
+        self, text: str, rows, cached, index: int
+    ) -> tuple[list[PairScore], int, int]:
         """Answers for the anchors: stored ones, then the scorer for the rest."""
-        missing = list(dict.fromkeys(
-            self._texts[r] for r, v in zip(rows, cached, strict=True) if v is None
-        ))
-        fresh = dict(zip(missing, self._score([(text, missing)])[0] if missing else [],
-                         strict=True))
+        missing = list(
+            dict.fromkeys(
+                self._texts[r] for r, v in zip(rows, cached, strict=True) if v is None
+            )
+        )
+        fresh = dict(
+            zip(
+                missing,
+                self._score([(text, missing)])[0] if missing else [],
+                strict=True,
+            )
+        )
         self._journal.put_scores(
             self._scorer_key,
             [(text, m, a.value) for m, a in fresh.items() if a.ok],
@@ -1138,6 +1209,7 @@ class OnlineRetriever:
         ]
         return answers, len(missing), sum(v is not None for v in cached)
 
+    @_serialized
     def query(
         self, text: str, k: int | None = None, where: Mapping | None = None
     ) -> Retrieved:
@@ -1168,6 +1240,7 @@ class OnlineRetriever:
         answers, calls, hits = self._pay(text, rows, cached, index)
         return self._finish(text, query, positions, rows, answers, k, calls, hits)
 
+    @_serialized
     def rerank(
         self,
         query: str,
@@ -1188,7 +1261,9 @@ class OnlineRetriever:
         self._check_open()
         query = _check_text(query, "query")
         k = _check_k(k, self.config.top_k)
-        if isinstance(candidates, str | Mapping) or not isinstance(candidates, Sequence):
+        if isinstance(candidates, str | Mapping) or not isinstance(
+            candidates, Sequence
+        ):
             raise ValueError("candidates must be a list of {'id', 'text'} dicts")
         if not candidates:
             raise ValueError("candidates is empty")
@@ -1204,11 +1279,14 @@ class OnlineRetriever:
             elif isinstance(entry, tuple) and len(entry) == 2:
                 (mid, text), score, meta = entry, None, None
             else:
-                raise ValueError(f"candidates[{i}] must be a dict or an (id, text) pair")
+                raise ValueError(
+                    f"candidates[{i}] must be a dict or an (id, text) pair"
+                )
             mid = _check_id(mid, f"candidates[{i}].id")
             text = _check_text(text, f"candidates[{i}].text")
             if score is not None and (
-                not isinstance(score, int | float | np.floating) or not math.isfinite(score)
+                not isinstance(score, int | float | np.floating)
+                or not math.isfinite(score)
             ):
                 raise ValueError(f"candidates[{i}].score must be a finite number")
             _metadata_json(meta, f"candidates[{i}].metadata")
@@ -1221,11 +1299,17 @@ class OnlineRetriever:
             raise ValueError("give a score for every candidate or for none")
         vector = self._embed([query], "query")[0]
         new = [(m, t, meta) for m, t, _, meta in parsed if m not in self._row_of]
-        changed = [(m, t) for m, t, _, _ in parsed
-                   if m in self._row_of and self._texts[self._row_of[m]] != t]
+        changed = [
+            (m, t)
+            for m, t, _, _ in parsed
+            if m in self._row_of and self._texts[self._row_of[m]] != t
+        ]
         if new:
-            self.add([t for _, t, _ in new], [meta for _, _, meta in new],
-                     [m for m, _, _ in new])
+            self.add(
+                [t for _, t, _ in new],
+                [meta for _, _, meta in new],
+                [m for m, _, _ in new],
+            )
         for mid, text in changed:
             self.update(mid, text)
         rows = np.array([self._row_of[m] for m, _, _, _ in parsed], np.int64)
@@ -1237,9 +1321,8 @@ class OnlineRetriever:
         pool = self._pool(rows[order], similarity[order])
         return self._answer(query, pool, k)
 
-    def query_many(
-        self, texts: Sequence[str], k: int | None = None
-    ) -> list[Retrieved]:
+    @_serialized
+    def query_many(self, texts: Sequence[str], k: int | None = None) -> list[Retrieved]:
         """Answers several queries in order, their anchors in one scorer request.
 
         The answers equal those of calling :meth:`query` on each in turn: the
@@ -1303,6 +1386,7 @@ class OnlineRetriever:
             )
         return results
 
+    @_serialized
     def answer(self, index: int) -> list[MemoryId]:
         """The ids query ``index`` returned, best first (from the journal)."""
         self._check_open()
@@ -1310,7 +1394,8 @@ class OnlineRetriever:
             raise ValueError(f"index must be in [0, {self._count}), got {index!r}")
         row = self._journal._db.execute(
             "SELECT payload FROM ops WHERE kind='query' AND "
-            "json_extract(payload, '$.index')=?", (int(index),)
+            "json_extract(payload, '$.index')=?",
+            (int(index),),
         ).fetchone()
         return [self._ids[r] for r in json.loads(row[0])["answer"]]
 
@@ -1323,6 +1408,7 @@ class OnlineRetriever:
         if self._lock is not None:
             self._lock.release()
 
+    @_serialized
     def close(self) -> None:
         """Snapshots the state (for a fast reopen) and releases the folder."""
         if self._journal is None:

@@ -23,8 +23,8 @@ import re
 from pathlib import Path
 
 from earm_jax.retriever.online import OnlineRetriever, RetrieverConfig
-from earm_jax.store.embeddings import TextEmbedder
 from earm_jax.scoring.base import Scorer
+from earm_jax.store.embeddings import TextEmbedder
 
 _NAME = re.compile(r"[A-Za-z0-9@+_-][A-Za-z0-9@+._-]{0,127}")
 

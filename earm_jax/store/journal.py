@@ -269,6 +269,7 @@ class Journal:
         num_queries: int,
         solver_config: dict,
         leaves: Sequence[np.ndarray],
+        names: Sequence[str] | None = None,
     ) -> int:
         """Stores a pytree's leaves as of operation ``seq``; returns bytes written.
 
@@ -296,9 +297,10 @@ class Journal:
             manifest.append(
                 {"shape": list(array.shape), "dtype": array.dtype.str, "chunks": hashes}
             )
+            if names is not None:
+                manifest[-1]["name"] = names[len(manifest) - 1]
         stored = {
-            bytes(h)
-            for (h,) in self._db.execute("SELECT hash FROM chunks").fetchall()
+            bytes(h) for (h,) in self._db.execute("SELECT hash FROM chunks").fetchall()
         }
         written = 0
         with self.transaction() as db:
@@ -324,8 +326,9 @@ class Journal:
             )
         return written
 
-    def latest_snapshot(self) -> tuple[int, int, dict, list[np.ndarray]] | None:
-        """``(seq, num_queries, solver_config, leaves)`` of the snapshot, verified.
+    def latest_snapshot(self) -> tuple[int, int, dict, list, list | None] | None:
+        """``(seq, num_queries, solver_config, leaves, leaf names)`` of the
+        snapshot, verified (names ``None`` if it stored none).
 
         Raises:
           CorruptFolderError: a chunk is missing or does not match its hash.
@@ -370,7 +373,14 @@ class Journal:
                     f"not a {dtype} array of shape {shape}"
                 )
             leaves.append(np.frombuffer(data, dtype).reshape(shape).copy())
-        return int(seq), int(num_queries), config, leaves
+        names = [entry.get("name") for entry in manifest]
+        return (
+            int(seq),
+            int(num_queries),
+            config,
+            leaves,
+            None if None in names else names,
+        )
 
     def drop_snapshots(self) -> None:
         with self.transaction() as db:

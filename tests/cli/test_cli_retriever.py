@@ -15,8 +15,14 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "retriever"))
 from fakes import HashEmbedder, KeywordScorer, memories, queries  # noqa: E402
 
 CONFIG = RetrieverConfig(
-    pool_size=12, top_k=4, rank=2, block_size=3, initial_memories=64,
-    initial_queries=32, snapshot_every=4, precompile=False,
+    pool_size=12,
+    top_k=4,
+    rank=2,
+    block_size=3,
+    initial_memories=64,
+    initial_queries=32,
+    snapshot_every=4,
+    precompile=False,
 )
 
 

@@ -101,7 +101,8 @@ class FaultyScorer(KeywordScorer):
 def memories(count: int, seed: int = 0) -> list[str]:
     rng = np.random.default_rng(seed)
     return [
-        f"Day {i}: Sam talked about {TOPICS[rng.integers(len(TOPICS))]} with friend {i}."
+        f"Day {i}: Sam talked about {TOPICS[rng.integers(len(TOPICS))]} "
+        f"with friend {i}."
         for i in range(count)
     ]
 

@@ -130,8 +130,11 @@ def check(retriever, lines, log):
 
 
 def main() -> None:
-    folder, log_path, paid_path, worker = sys.argv[1], sys.argv[2], sys.argv[3], int(
-        sys.argv[4]
+    folder, log_path, paid_path, worker = (
+        sys.argv[1],
+        sys.argv[2],
+        sys.argv[3],
+        int(sys.argv[4]),
     )
     lines = []
     if os.path.exists(log_path):
@@ -175,13 +178,20 @@ def main() -> None:
             retriever.snapshot()
             write(log, {"kind": "ack"})
         elif roll < 0.6:
-            pair = [f"{worker}.{number}.{i}: {asks[rng.randrange(len(asks))]}" for i in range(2)]
+            pair = [
+                f"{worker}.{number}.{i}: {asks[rng.randrange(len(asks))]}"
+                for i in range(2)
+            ]
             write(log, {"kind": "intent", "op": "query_many", "texts": pair})
             got = retriever.query_many(pair)
             write(
                 log,
-                {"kind": "ack", "answers": {str(r.query_index): retriever.answer(
-                    r.query_index) for r in got}},
+                {
+                    "kind": "ack",
+                    "answers": {
+                        str(r.query_index): retriever.answer(r.query_index) for r in got
+                    },
+                },
             )
         else:
             ask = f"{worker}.{number}: {asks[rng.randrange(len(asks))]}"
@@ -189,8 +199,12 @@ def main() -> None:
             got = retriever.query(ask)
             write(
                 log,
-                {"kind": "ack", "answers": {str(got.query_index): retriever.answer(
-                    got.query_index)}},
+                {
+                    "kind": "ack",
+                    "answers": {
+                        str(got.query_index): retriever.answer(got.query_index)
+                    },
+                },
             )
 
 

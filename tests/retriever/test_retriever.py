@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from earm_jax.retriever.maintenance import check, repair
 from earm_jax.retriever import OnlineRetriever, RetrieverConfig
+from earm_jax.retriever.maintenance import check, repair
 from earm_jax.retriever.tenants import TenantRetrievers, tenant_folder
 from earm_jax.store.embeddings import Embedder
 from earm_jax.store.journal import CorruptFolderError
@@ -157,10 +157,14 @@ def test_every_bad_input_is_refused_before_anything_changes(tmp_path):
         (lambda: retriever.add("hello"), "list of strings"),
         (lambda: retriever.add(["fine", ""]), r"texts\[1\] must be a non-empty"),
         (lambda: retriever.add(["fine", 3]), r"texts\[1\]"),
-        (lambda: retriever.add(["a", "b"], metadata=[{}, {"x": object()}]),
-         r"metadata\[1\] must be JSON"),
-        (lambda: retriever.add(["a", "b"], metadata=[{}, {"x": float("nan")}]),
-         r"metadata\[1\] must be JSON"),
+        (
+            lambda: retriever.add(["a", "b"], metadata=[{}, {"x": object()}]),
+            r"metadata\[1\] must be JSON",
+        ),
+        (
+            lambda: retriever.add(["a", "b"], metadata=[{}, {"x": float("nan")}]),
+            r"metadata\[1\] must be JSON",
+        ),
         (lambda: retriever.add(["a"], metadata=[{}, {}]), "2 entries for 1 texts"),
         (lambda: retriever.add(["a"], metadata={"x": 1}), "one dict per text"),
         (lambda: retriever.add(["a"], metadata=["x"]), r"metadata\[0\] must be a dict"),
@@ -184,10 +188,14 @@ def test_every_bad_input_is_refused_before_anything_changes(tmp_path):
         (lambda: retriever.get([99]), "no live memory"),
         (lambda: retriever.rerank("q?", []), "empty"),
         (lambda: retriever.rerank("q?", [{"id": 1}]), r"candidates\[0\].text"),
-        (lambda: retriever.rerank("q?", [(i, f"t{i}") for i in range(13)]),
-         "exceed pool_size"),
-        (lambda: retriever.rerank("q?", [{"id": 1, "text": "a", "score": "x"}]),
-         "finite number"),
+        (
+            lambda: retriever.rerank("q?", [(i, f"t{i}") for i in range(13)]),
+            "exceed pool_size",
+        ),
+        (
+            lambda: retriever.rerank("q?", [{"id": 1, "text": "a", "score": "x"}]),
+            "finite number",
+        ),
         (lambda: retriever.rerank("q?", [(50, "a"), (50, "b")]), "twice"),
     ]
     for call, message in cases:
@@ -228,33 +236,47 @@ def test_every_bad_input_is_refused_before_anything_changes(tmp_path):
     reopened.close()
 
 
-@pytest.mark.parametrize(
-    "mode", ["raise", "hang", "short", "not-a-list", "values"]
-)
+@pytest.mark.parametrize("mode", ["raise", "hang", "short", "not-a-list", "values"])
 def test_scorer_faults_become_counted_failures_and_the_query_still_ranks(
     tmp_path, mode
 ):
     config = dataclasses.replace(CONFIG, scorer_timeout=0.5)
     scorer = FaultyScorer(mode, hang=3.0)
     retriever = _open(tmp_path, scorer, config=config)
-    bad = ["nanword chess note", "highword chess note", "lowword chess note",
-           "infword chess note", "strword chess note"]
+    bad = [
+        "nanword chess note",
+        "highword chess note",
+        "lowword chess note",
+        "infword chess note",
+        "strword chess note",
+    ]
     retriever.add(memories(7, seed=2) + bad)
     answer = retriever.query("What did Sam say about chess?")
     assert len(answer.memory_ids) == 4  # a ranking, even with nothing scored
     failed = {mid for mid, _ in answer.failures}
     if mode == "values":
-        assert len(failed) == 5 and all(retriever.get([m])[0].text in bad for m in failed)
+        assert len(failed) == 5 and all(
+            retriever.get([m])[0].text in bad for m in failed
+        )
         reasons = " ".join(reason for _, reason in answer.failures)
-        for word in ("not finite: nan", "out of range [0, 1]: 1.7", "-0.3",
-                     "not finite: inf", "str, not a PairScore"):
+        for word in (
+            "not finite: nan",
+            "out of range [0, 1]: 1.7",
+            "-0.3",
+            "not finite: inf",
+            "str, not a PairScore",
+        ):
             assert word in reasons
         # The seven good answers of the same batch were kept and observed.
         assert retriever._journal.num_scores() == 7
     else:
         assert len(failed) == 12 and retriever._journal.num_scores() == 0
-        kind = {"raise": "scorer raised RuntimeError", "hang": "timeout after 0.5 s",
-                "short": "wrong length", "not-a-list": "wrong length"}[mode]
+        kind = {
+            "raise": "scorer raised RuntimeError",
+            "hang": "timeout after 0.5 s",
+            "short": "wrong length",
+            "not-a-list": "wrong length",
+        }[mode]
         assert all(kind in reason for _, reason in answer.failures)
     counts = np.asarray(retriever.state.memory_count)
     rows = [retriever._row_of[m] for m in failed]
@@ -316,8 +338,9 @@ def test_tenants_never_see_each_other(tmp_path):
     with TenantRetrievers(tmp_path, scorer, HashEmbedder(), CONFIG) as tenants:
         alice, bob = tenants.get("alice"), tenants["bob@example.com"]
         alice.add(["Alice plays chess.", "Alice swims."], ids=["a1", "a2"])
-        bob.add(["Alice plays chess.", "Bob's secret: chess at noon."],
-                ids=["b1", "b2"])
+        bob.add(
+            ["Alice plays chess.", "Bob's secret: chess at noon."], ids=["b1", "b2"]
+        )
         bob.query("Who plays chess?")
         paid = len(scorer.paid)
         answer = alice.query("Who plays chess?")
@@ -345,8 +368,8 @@ def test_query_many_equals_queries_one_by_one_in_one_request(tmp_path):
     scorer = KeywordScorer()
     calls = []
     original = scorer.score_many
-    scorer.score_many = lambda requests: calls.append(len(requests)) or original(
-        requests
+    scorer.score_many = lambda requests: (
+        calls.append(len(requests)) or original(requests)
     )
     with _open(tmp_path / "b", scorer) as batched:
         batched.add(memories(30, seed=4))
@@ -359,7 +382,12 @@ def test_query_many_equals_queries_one_by_one_in_one_request(tmp_path):
 def test_rerank_takes_an_external_pool(tmp_path):
     with _open(tmp_path) as retriever:
         pool = [
-            {"id": "m1", "text": "Sam plays chess.", "score": 0.9, "metadata": {"u": 1}},
+            {
+                "id": "m1",
+                "text": "Sam plays chess.",
+                "score": 0.9,
+                "metadata": {"u": 1},
+            },
             {"id": "m2", "text": "Sam likes tea.", "score": 0.8},
             {"id": "m3", "text": "The chess club meets at noon.", "score": 0.1},
         ]
@@ -395,7 +423,9 @@ def test_check_names_the_problem_and_repair_rebuilds_the_snapshot(tmp_path):
     assert "rebuilt the solver state from 6 queries" in actions[-1]
     with _open(tmp_path) as repaired:
         assert repaired.num_queries == 6
-        assert [repaired.answer(i) for i in range(6)] == [a.by_score() for a in expected]
+        assert [repaired.answer(i) for i in range(6)] == [
+            a.by_score() for a in expected
+        ]
     db = sqlite3.connect(tmp_path / "journal.sqlite")
     db.execute("UPDATE memories SET embedding = x'00' WHERE row = 7")
     db.commit()
