@@ -71,7 +71,7 @@ def _embedder(kind: str, folder: Path):
         from fakes import HashEmbedder
 
         return HashEmbedder(width=128)
-    from earm_jax.embed import Embedder
+    from earm_jax.store.embeddings import Embedder
 
     return Embedder(cache_dir=folder / "embedding-cache")
 

@@ -62,6 +62,8 @@ CREATE TABLE IF NOT EXISTS ops (
   payload TEXT NOT NULL,
   data BLOB
 );
+CREATE INDEX IF NOT EXISTS query_ops ON ops(json_extract(payload, '$.index'))
+  WHERE kind = 'query';
 CREATE TABLE IF NOT EXISTS scorers (id INTEGER PRIMARY KEY, key TEXT UNIQUE NOT NULL);
 CREATE TABLE IF NOT EXISTS scores (
   scorer INTEGER NOT NULL,
