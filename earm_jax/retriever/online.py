@@ -775,10 +775,12 @@ class OnlineRetriever:
         if target is None or target in self._warming:
             return
         self._warming.add(target)
+        # Not a daemon: exiting while XLA compiles aborts the process, so the
+        # interpreter waits for a running compile to finish before it exits.
         self._warm_thread = threading.Thread(
             target=self._warm,
             args=(self.state, self.solver_config, target),
-            daemon=True,
+            daemon=False,
         )
         self._warm_thread.start()
 
