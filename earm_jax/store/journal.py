@@ -118,6 +118,8 @@ class Journal:
             self._db = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False
             )
+            # Small pages: a query touches a few rows, and WAL writes whole pages.
+            self._db.execute("PRAGMA page_size=1024")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             self._db.executescript(_SCHEMA)
