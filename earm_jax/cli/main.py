@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from earm_jax.cli import locomo, notebook, plots, serve_scorer, simulate
+from earm_jax.cli import locomo, notebook, plots, retriever, serve_scorer, simulate
 from earm_jax.cli.errors import UserError
 
 try:  # typer >= 0.20 carries its own click
@@ -31,6 +31,7 @@ locomo.register(app)
 serve_scorer.register(app)
 notebook.register(app)
 plots.register(app)
+retriever.register(app)
 
 
 def _usage_line(error: UsageError) -> str:

@@ -1,8 +1,30 @@
 """The online retriever for one agent (host side): EARM over a growing memory,
-kept on disk. ``from earm_jax.retriever import OnlineRetriever``."""
+kept crash-safe on disk. ``from earm_jax.retriever import OnlineRetriever``.
 
+The Mem0 reranker (:mod:`earm_jax.retriever.mem0`) and the LangChain retriever
+(:mod:`earm_jax.retriever.langchain`) are optional extras, imported on demand.
+"""
+
+from earm_jax.retriever.maintenance import CheckReport as CheckReport
+from earm_jax.retriever.maintenance import check as check
+from earm_jax.retriever.maintenance import repair as repair
+from earm_jax.retriever.online import CorruptFolderError as CorruptFolderError
+from earm_jax.retriever.online import FolderLockedError as FolderLockedError
+from earm_jax.retriever.online import Memory as Memory
 from earm_jax.retriever.online import OnlineRetriever as OnlineRetriever
 from earm_jax.retriever.online import Retrieved as Retrieved
 from earm_jax.retriever.online import RetrieverConfig as RetrieverConfig
+from earm_jax.retriever.tenants import TenantRetrievers as TenantRetrievers
 
-__all__ = ["OnlineRetriever", "Retrieved", "RetrieverConfig"]
+__all__ = [
+    "CheckReport",
+    "CorruptFolderError",
+    "FolderLockedError",
+    "Memory",
+    "OnlineRetriever",
+    "Retrieved",
+    "RetrieverConfig",
+    "TenantRetrievers",
+    "check",
+    "repair",
+]

@@ -1,4 +1,5 @@
 """Host-side persistence: content keys, the embedding model and its on-disk
-cache, atomic pytree checkpoints. Imported by scoring, the retriever and LoCoMo;
+cache, atomic pytree checkpoints, the retriever's SQLite journal and its
+single-writer folder lock. Imported by scoring, the retriever and LoCoMo;
 never by the pure core.
 """

