@@ -53,7 +53,8 @@ import numpy as np
 from earm_jax.base import NOT_INSERTED, Observation, Query
 from earm_jax.core.config import SolverConfig, SolverState
 from earm_jax.core.grow import grow_state
-from earm_jax.core.online import online_solver
+from earm_jax.core.online import online_solver, usable_candidates
+from earm_jax.policies.adaptive import Ledger, adaptive_policy
 from earm_jax.scoring.base import PairScore, Scorer
 from earm_jax.settings import EarmSettings
 from earm_jax.store.embeddings import TextEmbedder
@@ -115,14 +116,6 @@ class RetrieverConfig(EarmSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.preset != "paper":
-            # The adaptive policy's ledger and rounds are not yet journalled and
-            # replayed by this durable retriever: refuse rather than ignore it.
-            raise ValueError(
-                f"RetrieverConfig.preset={self.preset!r} is not supported by the "
-                "durable retriever yet; use preset='paper' (the adaptive 'best' "
-                "policy runs in earm simulate / earm locomo and from Python)"
-            )
         for name in (
             "pool_size",
             "top_k",
@@ -206,6 +199,8 @@ class Retrieved:
       budget: the policy's direct-scoring budget for this query.
       query_index: this query's index in the retriever's life.
       ranked_ids: the same memories best first (ties: higher similarity first).
+      rounds: scorer requests this query made (``preset="best"``: 0 to 4
+        rounds of growing size, each one batched request; else 1).
     """
 
     memory_ids: list[MemoryId]
@@ -219,6 +214,7 @@ class Retrieved:
     budget: int
     query_index: int
     ranked_ids: list[MemoryId]
+    rounds: int = 1
 
     def by_score(self) -> list[MemoryId]:
         """The ids best first (instead of chronological)."""
@@ -237,6 +233,25 @@ def _functions_for(solver_config: SolverConfig, config: RetrieverConfig):
         if key not in _FUNCTIONS:
             solver = online_solver(solver_config, build_policy(config))
             _FUNCTIONS[key] = (jax.jit(solver.select), jax.jit(solver.observe))
+        return _FUNCTIONS[key]
+
+
+def _adaptive_for(config: RetrieverConfig):
+    """The ``best`` preset's jitted round functions, or ``None`` (paper preset)."""
+    adaptive_config = config.adaptive_config(config.pool_size)
+    if adaptive_config is None:
+        return None
+    key = ("adaptive", adaptive_config)
+    with _FUNCTIONS_LOCK:
+        if key not in _FUNCTIONS:
+            policy = adaptive_policy(adaptive_config)
+            _FUNCTIONS[key] = (
+                policy,
+                jax.jit(policy.begin),
+                jax.jit(policy.select_round),
+                jax.jit(policy.observe_round),
+                jax.jit(policy.finish),
+            )
         return _FUNCTIONS[key]
 
 
@@ -537,6 +552,8 @@ class OnlineRetriever:
             config, config.initial_memories, config.initial_queries
         )
         self.state = self._initial_state(self.solver_config)
+        adaptive = _adaptive_for(self.config)
+        self.ledger: Ledger | None = None if adaptive is None else adaptive[0].init()
         self._count = 0
         self._rows_applied = 0
         self._last_seq = 0
@@ -598,6 +615,13 @@ class OnlineRetriever:
         ):
             self.snapshot()
 
+    def _experience(self, state: SolverState | None = None, ledger: Any = None):
+        """What a snapshot holds: the solver state, and the ``best`` preset's
+        call ledger beside it."""
+        state = self.state if state is None else state
+        ledger = self.ledger if ledger is None else ledger
+        return state if ledger is None else (state, ledger)
+
     def _initial_state(self, solver_config: SolverConfig) -> SolverState:
         solver = online_solver(solver_config, build_policy(self.config))
         return solver.init(
@@ -612,7 +636,9 @@ class OnlineRetriever:
             solver_config = SolverConfig(**stored_config)
         except TypeError as error:
             raise CorruptFolderError(f"{where}: bad solver config ({error})") from error
-        template = jax.eval_shape(lambda: self._initial_state(solver_config))
+        template = jax.eval_shape(
+            lambda: self._experience(self._initial_state(solver_config), self.ledger)
+        )
         named, treedef = jax.tree_util.tree_flatten_with_path(template)
         expected = [jax.tree_util.keystr(path) for path, _ in named]
         if names is not None and list(names) != expected:
@@ -626,7 +652,10 @@ class OnlineRetriever:
                     f"{where}: leaf {name} is {got.dtype}{list(got.shape)}, the "
                     f"solver expects {np.dtype(want.dtype)}{list(want.shape)}"
                 )
-        state = jax.tree.unflatten(treedef, [jnp.asarray(leaf) for leaf in leaves])
+        experience = jax.tree.unflatten(treedef, [jnp.asarray(leaf) for leaf in leaves])
+        state = experience if self.ledger is None else experience[0]
+        if self.ledger is not None:
+            self.ledger = experience[1]
         if int(state.count) != num_queries:
             raise CorruptFolderError(f"{where}: count disagrees with num_queries")
         rows = self._rows_in_snapshot(seq)
@@ -693,6 +722,14 @@ class OnlineRetriever:
 
     def _apply_query(self, query: Query, observation: Observation):
         self._ensure_room(self._rows_applied, self._count + 1)
+        if self.ledger is not None:
+            # Replay the rounds with the recorded answers: the same requests,
+            # hence the same ledger, as when the query ran.
+            values = np.asarray(observation.values)
+            ok = np.asarray(observation.mask)
+            self.ledger, _, _ = self._rounds(
+                query, lambda positions: (values[positions], ok[positions])
+            )
         _, observe = self._functions()
         state, info = observe(self.state, query, observation)
         self.state = state
@@ -745,7 +782,7 @@ class OnlineRetriever:
     def snapshot(self) -> int:
         """Writes the solver state now (atomically); returns the bytes written."""
         self._check_open()
-        named = jax.tree_util.tree_flatten_with_path(self.state)[0]
+        named = jax.tree_util.tree_flatten_with_path(self._experience())[0]
         written = self._journal.write_snapshot(
             self._last_seq,
             self._count,
@@ -1129,7 +1166,9 @@ class OnlineRetriever:
         )
         return positions, rows, cached
 
-    def _finish(self, text, query, positions, rows, answers, k, calls, hits):
+    def _finish(
+        self, text, query, positions, rows, answers, k, calls, hits, adaptive=None
+    ):
         """Records the query, updates the state, and builds the answer."""
         size = self.config.pool_size
         values = np.zeros(size, np.float32)
@@ -1146,7 +1185,10 @@ class OnlineRetriever:
         self._ensure_room(self._rows_applied, index + 1)
         _, observe = self._functions()
         state, info = observe(self.state, query, observation)
-        scores = np.asarray(info.scores)
+        # The best preset ranks by its own merge of direct answers and
+        # similarity (policies/adaptive.py); the paper's by the mixed scores.
+        scores = np.asarray(info.scores if adaptive is None else adaptive[1].scores)
+        budget = int(info.budget if adaptive is None else adaptive[1].limit)
         valid = np.asarray(query.valid)
         candidates = np.asarray(query.candidates)
         positions_ranked = [
@@ -1161,7 +1203,7 @@ class OnlineRetriever:
             "k": k,
             "calls": calls,
             "cache_hits": hits,
-            "budget": int(info.budget),
+            "budget": budget,
             "failures": [
                 [int(rows[i]), a.reason] for i, a in enumerate(answers) if not a.ok
             ],
@@ -1172,6 +1214,8 @@ class OnlineRetriever:
                 db, "query", payload, self._encode_query(query, observation)
             )
         self.state = state
+        if adaptive is not None:
+            self.ledger = adaptive[0]
         self._count += 1
         self._last_seq = seq
         self._queries_since_snapshot += 1
@@ -1187,9 +1231,10 @@ class OnlineRetriever:
             calls=calls,
             cache_hits=hits,
             failures=failures,
-            budget=int(info.budget),
+            budget=budget,
             query_index=index,
             ranked_ids=[self._ids[candidates[p]] for p in positions_ranked],
+            rounds=1 if adaptive is None else adaptive[2],
         )
 
     def _pay(
@@ -1243,9 +1288,77 @@ class OnlineRetriever:
             raise ValueError(f"no memory matches where={dict(where or {})!r}")
         return self._answer(text, query, k)
 
+    def _rounds(self, query: Query, pay) -> tuple[Ledger, Any, int]:
+        """The ``best`` preset's rounds for one query.
+
+        ``pay(positions) -> (values, ok)`` answers one round (one batched scorer
+        request live; the recorded answers on replay). Returns the new ledger,
+        the policy's info and the number of rounds.
+        """
+        policy, begin, select_round, observe_round, finish = _adaptive_for(self.config)
+        ledger = self.ledger
+        progress = begin(ledger, query, usable_candidates(self.state, query))
+        size = self.config.pool_size
+        rounds = 0
+        for _ in range(policy.config.num_rounds):
+            requested = np.asarray(select_round(ledger, progress))
+            if not requested.any():
+                break
+            positions = np.flatnonzero(requested)
+            answered, ok = pay(positions)
+            values = np.zeros(size, np.float32)
+            mask = np.zeros(size, bool)
+            values[positions] = np.where(ok, answered, 0.0)
+            mask[positions] = ok
+            progress = observe_round(
+                ledger,
+                progress,
+                Observation(jnp.asarray(values), jnp.asarray(mask)),
+                jnp.asarray(requested),
+            )
+            rounds += 1
+        ledger, info = finish(ledger, progress)
+        return ledger, info, rounds
+
+    def _answer_adaptive(self, text: str, query: Query, k: int) -> Retrieved:
+        index = self._count
+        all_positions, all_rows, all_answers = [], [], []
+        totals = {"calls": 0, "hits": 0}
+
+        def pay(positions: np.ndarray):
+            rows = np.asarray(query.candidates)[positions]
+            cached = self._journal.get_scores(
+                self._scorer_key, text, [self._texts[r] for r in rows]
+            )
+            answers, calls, hits = self._pay(text, rows, cached, index)
+            totals["calls"] += calls
+            totals["hits"] += hits
+            all_positions.extend(int(p) for p in positions)
+            all_rows.extend(int(r) for r in rows)
+            all_answers.extend(answers)
+            return (
+                np.asarray([a.value if a.ok else 0.0 for a in answers], np.float32),
+                np.asarray([a.ok for a in answers], bool),
+            )
+
+        ledger, info, rounds = self._rounds(query, pay)
+        return self._finish(
+            text,
+            query,
+            np.asarray(all_positions, np.int64),
+            np.asarray(all_rows, np.int64),
+            all_answers,
+            k,
+            totals["calls"],
+            totals["hits"],
+            adaptive=(ledger, info, rounds),
+        )
+
     def _answer(self, text: str, query: Query, k: int) -> Retrieved:
         index = self._count
         self._ensure_room(self._rows_applied, index + 1)
+        if self.ledger is not None:
+            return self._answer_adaptive(text, query, k)
         positions, rows, cached = self._prepare(text, query, index, self.state)
         answers, calls, hits = self._pay(text, rows, cached, index)
         return self._finish(text, query, positions, rows, answers, k, calls, hits)
@@ -1350,6 +1463,13 @@ class OnlineRetriever:
             raise ValueError("the retriever holds no memory yet: add() some first")
         vectors = self._embed(texts, "texts")
         pools = [self._pool_from_vector(v, None) for v in vectors]
+        if self.ledger is not None:
+            # The best preset's rounds depend on the answers of earlier rounds:
+            # no anchors can be planned ahead, so the queries run in turn.
+            return [
+                self._answer(text, pool, k)
+                for text, pool in zip(texts, pools, strict=True)
+            ]
         start = self._count
         # Plan every query's anchors up front (select reads only the count and
         # the memories), pay all unpaid pairs in one request, then answer in order.

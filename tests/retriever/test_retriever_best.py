@@ -1,12 +1,78 @@
-"""The durable retriever refuses the adaptive preset instead of ignoring it."""
+"""The durable retriever with ``preset="best"``: rounds of one batched request,
+the ledger's hard cap, and a crash + replay that reproduces the ledger."""
 
 from __future__ import annotations
 
+import dataclasses
+import sys
+from pathlib import Path
+
 import pytest
 
-from earm_jax.retriever import RetrieverConfig
+from earm_jax.retriever import OnlineRetriever
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fakes import HashEmbedder, KeywordScorer, memories, queries  # noqa: E402
+from test_retriever import CONFIG  # noqa: E402
 
 
-def test_best_preset_is_refused_with_a_clear_error():
-    with pytest.raises(ValueError, match="RetrieverConfig.preset='best' is not"):
-        RetrieverConfig(preset="best")
+class RareScorer(KeywordScorer):
+    """Evidence only for one topic word: most queries find nothing early and
+    go on to later rounds."""
+
+    def value(self, query: str, memory: str) -> float:
+        topic = query.split()[-1].strip("?")
+        return 1.0 if topic in memory and len(topic) % 3 == 0 else 0.05
+
+
+BEST = dataclasses.replace(CONFIG, pool_size=30, preset="best", call_budget=0.5)
+
+
+def _open(folder, config=BEST):
+    return OnlineRetriever(folder, RareScorer(), HashEmbedder(), config)
+
+
+@pytest.mark.parametrize("snapshot_every", [4, 1000])
+def test_best_pays_in_rounds_under_the_cap_and_a_crash_replays_the_ledger(
+    tmp_path, snapshot_every
+):
+    config = dataclasses.replace(BEST, snapshot_every=snapshot_every)
+    texts, asks = memories(40), queries(12)
+    with _open(tmp_path / "straight", config) as straight:
+        straight.add(texts)
+        expected = [straight.query(q) for q in asks]
+        ledger = straight.ledger
+    total = sum(answer.calls for answer in expected)
+    assert total <= int(0.5 * config.pool_size * len(asks))
+    assert all(answer.rounds <= 4 for answer in expected)
+    assert any(answer.rounds >= 2 for answer in expected)
+
+    first = _open(tmp_path / "b", config)
+    first.add(texts)
+    answers = [first.query(q) for q in asks[:7]]
+    first._release()  # what kill -9 leaves: no close(), no final snapshot
+    with OnlineRetriever(tmp_path / "b", RareScorer(), HashEmbedder()) as again:
+        assert again.config.preset == "best"
+        answers += [again.query(q) for q in asks[7:]]
+        for got, want in zip(again.ledger, ledger, strict=True):
+            assert (got == want).all()
+    for got, want in zip(answers, expected, strict=True):
+        assert got.memory_ids == want.memory_ids
+        assert got.scores == want.scores
+        assert (got.calls, got.rounds, got.budget) == (
+            want.calls,
+            want.rounds,
+            want.budget,
+        )
+
+
+def test_best_query_many_equals_queries_in_turn(tmp_path):
+    texts, asks = memories(30), queries(6)
+    with _open(tmp_path / "a") as one:
+        one.add(texts)
+        expected = [one.query(q) for q in asks]
+    with _open(tmp_path / "b") as many:
+        many.add(texts)
+        got = many.query_many(asks)
+    assert [a.memory_ids for a in got] == [a.memory_ids for a in expected]
+    assert [a.calls for a in got] == [a.calls for a in expected]
