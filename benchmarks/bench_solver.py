@@ -86,21 +86,22 @@ PRESETS = {
         surprise_streams=2,
         surprise_queries=40,
     ),
-    # One H200 (or any large GPU): the targets.
+    # One H200 (or any large GPU): the targets; the current step paired
+    # with c45063e's. The M sweep (to 100k memories) runs at sweep_streams.
     "gpu": dict(
-        solvers=["incremental", "als"],
+        solvers=["incremental", BASELINE],
         memories=1000,
         pool=200,
         rank=8,
         queries=50,
         streams=[1, 16, 64, 256, 1024, 4096],
-        sweep_streams=1024,
-        sweep_memories=[500, 2000, 5000],
-        sweep_pools=[50, 100],
-        sweep_ranks=[2, 16],
-        call_budget=60.0,
+        sweep_streams=256,
+        sweep_memories=[5000, 20000, 100000],
+        sweep_pools=[],
+        sweep_ranks=[],
+        call_budget=30.0,
         repeats=5,
-        latency_t=[100, 300, 1000, 3000, 10000],
+        latency_t=[100, 1000, 10000],
         latency_repeats=30,
         als_latency_budget=5.0,
         numpy_streams=64,
@@ -271,12 +272,18 @@ def bench_throughput(p: dict, log) -> dict:
         )
         return timing["median_s"]
 
-    for name in p["solvers"]:
-        for num_streams in p["streams"]:
+    # S outer, solvers inner: the solvers of one S run back to back, so a
+    # paired ratio sees the same machine load.
+    stopped: set[str] = set()
+    for num_streams in p["streams"]:
+        for name in p["solvers"]:
+            if name in stopped:
+                continue
             seconds = one(name, p["memories"], p["pool"], p["rank"], num_streams, "S")
             if seconds > p["call_budget"]:
                 log(f"  {name}: stop the S sweep (one call took {seconds:.1f} s)")
-                break
+                stopped.add(name)
+    for name in [n for n in p["solvers"] if n != BASELINE]:  # sweeps: current only
         base = (p["memories"], p["pool"], p["rank"])
         for memories in p["sweep_memories"]:
             one(name, memories, base[1], base[2], p["sweep_streams"], "M")
@@ -338,10 +345,13 @@ def bench_latency(p: dict, log) -> dict:
         budget=constant_budget(per_row),
         anchors=baseline_c45063e.stratified_anchors(0.1),
     )
-    rng = np.random.default_rng(0)
     reps = p["latency_repeats"]
-    for name in p["solvers"]:
-        for t in p["latency_t"]:
+    stopped: set[str] = set()
+    for t in p["latency_t"]:  # t outer: paired solvers run back to back
+        for name in p["solvers"]:
+            if name in stopped:
+                continue
+            rng = np.random.default_rng(t)  # the same queries for every solver
             config = solver_config(name, memories, pool, rank, t + reps + 4)
             solver = ej.online_solver(
                 config, baseline_policy if name == BASELINE else policy
@@ -400,7 +410,7 @@ def bench_latency(p: dict, log) -> dict:
             del state
             if budget_hit:
                 log(f"  {name}: stop at t={t} (a step exceeded the budget)")
-                break
+                stopped.add(name)
     ratios = {}
     for name in p["solvers"]:
         mine = {r["t"]: r["p50_ms"] for r in rows if r["solver"] == name}
@@ -816,6 +826,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--solvers", nargs="+", default=None)
     parser.add_argument("--streams", type=int, nargs="+", default=None)
     parser.add_argument("--latency-t", type=int, nargs="+", default=None)
+    parser.add_argument("--sweep-memories", type=int, nargs="*", default=None)
+    parser.add_argument("--sweep-streams", type=int, default=None)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     p = dict(PRESETS[args.preset])
@@ -825,6 +837,10 @@ def main(argv: list[str] | None = None) -> dict:
         p["streams"] = args.streams
     if args.latency_t:
         p["latency_t"] = args.latency_t
+    if args.sweep_memories is not None:
+        p["sweep_memories"] = args.sweep_memories
+    if args.sweep_streams:
+        p["sweep_streams"] = args.sweep_streams
 
     def log(message: str) -> None:
         print(message, flush=True)
