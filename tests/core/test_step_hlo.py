@@ -104,7 +104,8 @@ def test_dense_and_gathered_memory_solves_agree():
     update = jax.jit(incremental.update, static_argnums=(1, 2, 3))
     dense = update(stored, config.l2, 3, True)
     gathered = update(stored, config.l2, 3, False)
-    for got, want in zip(jax.tree.leaves(gathered), jax.tree.leaves(dense), strict=True):
+    leaves = zip(jax.tree.leaves(gathered), jax.tree.leaves(dense), strict=True)
+    for got, want in leaves:
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5)
     recount = incremental.history_stats(gathered)
     np.testing.assert_allclose(

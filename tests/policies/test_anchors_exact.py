@@ -13,7 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import earm_jax as ej
-from earm_jax.policies import stratified_anchors, top_similarity_anchors, uniform_anchors
+from earm_jax.policies import (
+    stratified_anchors,
+    top_similarity_anchors,
+    uniform_anchors,
+)
 from earm_jax.policies.anchors import _ranks
 
 
