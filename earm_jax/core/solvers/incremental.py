@@ -46,6 +46,9 @@ instead of being re-solved at every query, i.e. the history is swept
 ``num_refresh`` rows at a time rather than fully ``num_sweeps`` times per query.
 The cost per query is ``O((num_refresh + 1) K r^3 + M r)`` and independent of
 the history length; the capacity ``Q`` enters only the storage of the rows.
+While ``M <= 2 (num_refresh + 1) K`` the memory solves run densely over all
+``M`` memories, masked to the touched ones (``O(M r^3)``, elementwise and
+batch-last, faster on batched hardware than gathering); see :func:`update`.
 
 Everything here is pure and shape-static.
 """
