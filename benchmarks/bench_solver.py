@@ -34,8 +34,10 @@ device, versions, command, configuration and machine load, and prints tables.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
+import re
 import statistics
 import sys
 import time
@@ -48,7 +50,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import earm_jax as ej  # noqa: E402
-from benchmarks import numpy_baseline  # noqa: E402
+from benchmarks import baseline_c45063e, numpy_baseline  # noqa: E402
 from benchmarks._common import metadata, print_table, time_call, write_json  # noqa: E402
 from earm_jax.core import model as solver_model  # noqa: E402
 from earm_jax.core.solvers import als as als_solver  # noqa: E402
@@ -58,6 +60,8 @@ from earm_jax.eval.simulate import SimConfig, make_streams  # noqa: E402
 from earm_jax.policies import constant_budget, stratified_anchors  # noqa: E402
 
 SECTIONS = ("throughput", "latency", "numpy", "surprise", "roofline")
+# The frozen step of commit c45063e, run side by side with the current one.
+BASELINE = baseline_c45063e.register()
 
 PRESETS = {
     # Small enough for 2 shared CPU cores in a few minutes.
@@ -82,22 +86,45 @@ PRESETS = {
         surprise_streams=2,
         surprise_queries=40,
     ),
-    # One H200 (or any large GPU): the issue's targets.
+    # One H200 (or any large GPU): the issue's targets; the current step paired
+    # with c45063e's. The M sweep (to 100k memories) runs at sweep_streams.
     "gpu": dict(
-        solvers=["incremental", "als"],
+        solvers=["incremental", BASELINE],
         memories=1000,
         pool=200,
         rank=8,
         queries=50,
         streams=[1, 16, 64, 256, 1024, 4096],
-        sweep_streams=1024,
-        sweep_memories=[500, 2000, 5000],
-        sweep_pools=[50, 100],
-        sweep_ranks=[2, 16],
-        call_budget=60.0,
+        sweep_streams=256,
+        sweep_memories=[5000, 20000, 100000],
+        sweep_pools=[],
+        sweep_ranks=[],
+        call_budget=30.0,
         repeats=5,
-        latency_t=[100, 300, 1000, 3000, 10000],
+        latency_t=[100, 1000, 10000],
         latency_repeats=30,
+        als_latency_budget=5.0,
+        numpy_streams=64,
+        numpy_measured=2,
+        surprise_streams=2,
+        surprise_queries=40,
+    ),
+    # Issue 12: the current step paired with c45063e's in one run (2 cores).
+    "paired": dict(
+        solvers=["incremental", BASELINE],
+        memories=1000,
+        pool=200,
+        rank=8,
+        queries=40,
+        streams=[16, 64, 256],
+        sweep_streams=64,
+        sweep_memories=[],
+        sweep_pools=[],
+        sweep_ranks=[],
+        call_budget=60.0,
+        repeats=3,
+        latency_t=[100, 1000, 10000],
+        latency_repeats=15,
         als_latency_budget=5.0,
         numpy_streams=64,
         numpy_measured=2,
@@ -154,9 +181,43 @@ def simulated(seed: int, memories: int, pool: int, queries: int, streams: int):
     return jax.block_until_ready(data)
 
 
+def paper_policy_for(name: str, pool: int) -> ej.Policy:
+    """The paper policy; for the frozen baseline, with its own samplers."""
+    if name == BASELINE:
+        return baseline_c45063e.baseline_policy(pool_size=pool)
+    return ej.paper_policy(pool_size=pool)
+
+
+def tracing(name: str):
+    """Context for lowering ``name``: the baseline traces c45063e's fold-in."""
+    if name == BASELINE:
+        return baseline_c45063e.frozen_fold_in()
+    return contextlib.nullcontext()
+
+
+def hlo_ops(compiled) -> dict:
+    """Operation counts of a compiled program (XLA's optimised HLO text).
+
+    ``fusions`` and ``custom_calls`` approximate kernels per call on a GPU;
+    ``while_loops`` are loops (each iteration a launch and a predicate);
+    ``instructions`` counts every HLO instruction, loop bodies once.
+    """
+    text = compiled.as_text()
+    lines = [line for line in text.splitlines() if " = " in line]
+    return {
+        "instructions": len(lines),
+        "fusions": sum(1 for line in lines if re.search(r"\sfusion\(", line)),
+        "while_loops": len(re.findall(r"\swhile\(", text)),
+        "custom_calls": len(re.findall(r"\scustom-call\(", text)),
+        "copies": len(re.findall(r"\scopy\(", text)),
+    }
+
+
 def compiled_run_batch(solver, keys, streams) -> tuple[object, float]:
     start = time.perf_counter()
-    fn = jax.jit(functools.partial(ej.run_batch, solver)).lower(keys, streams).compile()
+    with tracing(solver.config.solver):
+        fn = jax.jit(functools.partial(ej.run_batch, solver)).lower(keys, streams)
+    fn = fn.compile()
     return fn, time.perf_counter() - start
 
 
@@ -174,8 +235,9 @@ def bench_throughput(p: dict, log) -> dict:
         streams = simulated(0, memories, pool, p["queries"], num_streams)
         keys = jax.random.split(jax.random.key(1), num_streams)
         config = solver_config(name, memories, pool, rank, p["queries"])
-        solver = ej.online_solver(config, ej.paper_policy(pool_size=pool))
+        solver = ej.online_solver(config, paper_policy_for(name, pool))
         fn, compile_s = compiled_run_batch(solver, keys, streams)
+        ops = hlo_ops(fn)
         first = time.perf_counter()
         _block(fn(keys, streams))
         first_s = time.perf_counter() - first
@@ -199,21 +261,29 @@ def bench_throughput(p: dict, log) -> dict:
             "median_s": timing["median_s"],
             "repeats": timing["repeats"],
             "stream_queries_per_s": num_streams * p["queries"] / timing["median_s"],
+            **{f"hlo_{k}": v for k, v in ops.items()},
         }
         rows.append(row)
         log(
             f"  {name:12s} {sweep:6s} S={num_streams:5d} M={memories} N={pool} "
             f"r={rank}: {row['stream_queries_per_s']:.4g} q/s "
-            f"(median {timing['median_s']:.3g} s, compile {compile_s:.3g} s)"
+            f"(median {timing['median_s']:.3g} s, compile {compile_s:.3g} s; "
+            f"{ops['fusions']} fusions, {ops['while_loops']} while loops)"
         )
         return timing["median_s"]
 
-    for name in p["solvers"]:
-        for num_streams in p["streams"]:
+    # S outer, solvers inner: the solvers of one S run back to back, so a
+    # paired ratio sees the same machine load.
+    stopped: set[str] = set()
+    for num_streams in p["streams"]:
+        for name in p["solvers"]:
+            if name in stopped:
+                continue
             seconds = one(name, p["memories"], p["pool"], p["rank"], num_streams, "S")
             if seconds > p["call_budget"]:
                 log(f"  {name}: stop the S sweep (one call took {seconds:.1f} s)")
-                break
+                stopped.add(name)
+    for name in [n for n in p["solvers"] if n != BASELINE]:  # sweeps: current only
         base = (p["memories"], p["pool"], p["rank"])
         for memories in p["sweep_memories"]:
             one(name, memories, base[1], base[2], p["sweep_streams"], "M")
@@ -271,12 +341,21 @@ def bench_latency(p: dict, log) -> dict:
     pool, memories, rank = p["pool"], p["memories"], p["rank"]
     per_row = max(1, round(0.175 * pool))  # the paper's steady-state budget
     policy = ej.Policy(budget=constant_budget(per_row), anchors=stratified_anchors(0.1))
-    rng = np.random.default_rng(0)
+    baseline_policy = ej.Policy(
+        budget=constant_budget(per_row),
+        anchors=baseline_c45063e.stratified_anchors(0.1),
+    )
     reps = p["latency_repeats"]
-    for name in p["solvers"]:
-        for t in p["latency_t"]:
+    stopped: set[str] = set()
+    for t in p["latency_t"]:  # t outer: paired solvers run back to back
+        for name in p["solvers"]:
+            if name in stopped:
+                continue
+            rng = np.random.default_rng(t)  # the same queries for every solver
             config = solver_config(name, memories, pool, rank, t + reps + 4)
-            solver = ej.online_solver(config, policy)
+            solver = ej.online_solver(
+                config, baseline_policy if name == BASELINE else policy
+            )
             state = _block(history_state(solver, jax.random.key(t), t, per_row))
             candidates = np.stack(
                 [rng.choice(memories, pool, replace=False) for _ in range(reps + 2)]
@@ -294,8 +373,11 @@ def bench_latency(p: dict, log) -> dict:
             scores = [jnp.asarray(rng.uniform(size=pool), jnp.float32) for _ in queries]
             step = jax.jit(solver.step, donate_argnums=(1,))
             begin = time.perf_counter()
-            step = step.lower(jax.random.key(0), state, queries[0], scores[0]).compile()
+            with tracing(name):
+                step = step.lower(jax.random.key(0), state, queries[0], scores[0])
+            step = step.compile()
             compile_s = time.perf_counter() - begin
+            ops = hlo_ops(step)
             times = []
             budget_hit = False
             for i, (query, row) in enumerate(zip(queries, scores, strict=True)):
@@ -317,6 +399,7 @@ def bench_latency(p: dict, log) -> dict:
                 "p90_ms": 1e3 * float(np.percentile(times, 90)),
                 "min_ms": 1e3 * min(times),
                 "repeats": len(times),
+                **{f"hlo_{k}": v for k, v in ops.items()},
             }
             rows.append(row)
             log(
@@ -327,7 +410,7 @@ def bench_latency(p: dict, log) -> dict:
             del state
             if budget_hit:
                 log(f"  {name}: stop at t={t} (a step exceeded the budget)")
-                break
+                stopped.add(name)
     ratios = {}
     for name in p["solvers"]:
         mine = {r["t"]: r["p50_ms"] for r in rows if r["solver"] == name}
@@ -371,7 +454,7 @@ def bench_numpy(p: dict, log) -> dict:
     rows = []
     for name in p["solvers"]:
         config = solver_config(name, p["memories"], p["pool"], p["rank"], p["queries"])
-        solver = ej.online_solver(config, ej.paper_policy(pool_size=p["pool"]))
+        solver = ej.online_solver(config, paper_policy_for(name, p["pool"]))
         fn, compile_s = compiled_run_batch(solver, keys, streams)
         _, infos = _block(fn(keys, streams))
         timing = time_call(
@@ -391,7 +474,7 @@ def bench_numpy(p: dict, log) -> dict:
             num_memories=p["memories"],
             capacity=p["queries"],
             rank=p["rank"],
-            solver=name,
+            solver="incremental" if name == BASELINE else name,
             num_sweeps=config.num_sweeps,
             refresh_rows=config.refresh_rows,
         )
@@ -642,7 +725,7 @@ def bench_roofline(p: dict, throughput: dict | None, log) -> dict:
     rows = []
     for name in p["solvers"]:
         config = solver_config(name, memories, pool, rank, queries)
-        solver = ej.online_solver(config, ej.paper_policy(pool_size=pool))
+        solver = ej.online_solver(config, paper_policy_for(name, pool))
         half = max(1, queries // 2)
         states = jax.vmap(
             lambda k, solver=solver, half=half: history_state(
@@ -654,7 +737,11 @@ def bench_roofline(p: dict, throughput: dict | None, log) -> dict:
         row_scores = streams.scores[:, 0]
         keys = jax.random.split(jax.random.key(2), num_streams)
         step = jax.vmap(solver.step)
-        cost = _cost(jax.jit(step).lower(keys, states, query, row_scores).compile())
+        with tracing(name):
+            lowered = jax.jit(step).lower(keys, states, query, row_scores)
+        compiled = lowered.compile()
+        cost = _cost(compiled)
+        ops = hlo_ops(compiled)
         if name == "als":
             # XLA counts a loop body once: add the other sweeps explicitly.
             sweep = jax.vmap(
@@ -667,7 +754,7 @@ def bench_roofline(p: dict, throughput: dict | None, log) -> dict:
             cost["bytes"] += (config.num_sweeps - 1) * sweep_cost["bytes"]
         per_query = {k: v / num_streams for k, v in cost.items()}
         analytic = analytic_flops(
-            name,
+            "incremental" if name == BASELINE else name,
             memories,
             pool,
             rank,
@@ -696,6 +783,7 @@ def bench_roofline(p: dict, throughput: dict | None, log) -> dict:
             "bytes_per_stream_query_xla": per_query["bytes"],
             "flops_per_stream_query_analytic": analytic,
             "arithmetic_intensity": per_query["flops"] / per_query["bytes"],
+            **{f"hlo_{k}_per_step": v for k, v in ops.items()},
             "best_stream_queries_per_s": rate,
         }
         if rate:
@@ -738,6 +826,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--solvers", nargs="+", default=None)
     parser.add_argument("--streams", type=int, nargs="+", default=None)
     parser.add_argument("--latency-t", type=int, nargs="+", default=None)
+    parser.add_argument("--sweep-memories", type=int, nargs="*", default=None)
+    parser.add_argument("--sweep-streams", type=int, default=None)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     p = dict(PRESETS[args.preset])
@@ -747,6 +837,10 @@ def main(argv: list[str] | None = None) -> dict:
         p["streams"] = args.streams
     if args.latency_t:
         p["latency_t"] = args.latency_t
+    if args.sweep_memories is not None:
+        p["sweep_memories"] = args.sweep_memories
+    if args.sweep_streams:
+        p["sweep_streams"] = args.sweep_streams
 
     def log(message: str) -> None:
         print(message, flush=True)
@@ -772,11 +866,39 @@ def main(argv: list[str] | None = None) -> dict:
     if "roofline" in args.sections:
         log("FLOPs and bytes per step")
         payload["roofline"] = bench_roofline(p, payload.get("throughput"), log)
+    if BASELINE in p["solvers"]:
+        payload["paired"] = paired_ratios(payload)
     payload["meta"]["total_seconds"] = time.perf_counter() - started
     payload["meta"]["load_average_after"] = os.getloadavg()
     report(payload)
     write_json(payload, args.out)
     return payload
+
+
+def paired_ratios(payload: dict) -> dict:
+    """Current step / frozen c45063e step, measured in this run."""
+    out: dict = {}
+    if "throughput" in payload:
+        rows = [r for r in payload["throughput"]["rows"] if r["sweep"] == "S"]
+        rate = {(r["solver"], r["S"]): r["stream_queries_per_s"] for r in rows}
+        out["throughput_speedup_by_S"] = {
+            s: rate[("incremental", s)] / rate[(BASELINE, s)]
+            for (name, s) in rate
+            if name == "incremental" and (BASELINE, s) in rate
+        }
+    if "latency" in payload:
+        rows = payload["latency"]["rows"]
+        p50 = {(r["solver"], r["t"]): r["p50_ms"] for r in rows}
+        out["latency_p50_speedup_by_t"] = {
+            t: p50[(BASELINE, t)] / p50[("incremental", t)]
+            for (name, t) in p50
+            if name == "incremental" and (BASELINE, t) in p50
+        }
+    if "numpy" in payload:
+        out["numpy_speedup"] = {
+            r["solver"]: r["speedup"] for r in payload["numpy"]["rows"]
+        }
+    return out
 
 
 def report(payload: dict) -> None:
@@ -794,6 +916,8 @@ def report(payload: dict) -> None:
                 "compile_s",
                 "median_s",
                 "stream_queries_per_s",
+                "hlo_fusions",
+                "hlo_while_loops",
             ],
             "throughput (stream-queries/s, steady state; compile apart)",
         )
@@ -808,6 +932,8 @@ def report(payload: dict) -> None:
                 f"  {name}: p50(t={ratio['t_last']}) / p50(t={ratio['t_first']}) = "
                 f"{ratio['p50_ratio']:.3g}"
             )
+    if "paired" in payload:
+        print(f"paired with {BASELINE}: {payload['paired']}")
     if "numpy" in payload:
         print_table(
             payload["numpy"]["rows"],

@@ -13,11 +13,38 @@ from earm_jax.base import AnchorFn, Query
 from earm_jax.types import Array, ArrayLike, PRNGKey
 
 
+def _before(priority: ArrayLike, eligible: ArrayLike) -> Array:
+    """``bool[N, N]``: ``[i, j]`` when item ``j`` ranks ahead of item ``i``.
+
+    The order of a stable descending sort of ``priority`` with ineligible items
+    at ``-inf``: higher priority first, ties (``-0.0 == 0.0``) by index, NaN
+    last (as ``jnp.argsort`` places it). One comparison matrix instead of two
+    sorts: ``N^2`` elementwise comparisons that fuse into one reduction, much
+    faster than a sort for pool sizes of a few hundred, on CPU and GPU.
+    """
+    priority = jnp.where(jnp.asarray(eligible), jnp.asarray(priority), -jnp.inf)
+    nan = jnp.isnan(priority)
+    value = jnp.where(nan, 0.0, priority)
+    index = jnp.arange(priority.shape[-1])
+    ahead = (value[None, :] > value[:, None]) | (
+        (value[None, :] == value[:, None]) & (index[None, :] < index[:, None])
+    )
+    return (nan[None, :] < nan[:, None]) | ((nan[None, :] == nan[:, None]) & ahead)
+
+
+def _ranks_among(before: Array, members: ArrayLike) -> Array:
+    """Rank (0 = first) of each item among the ``members`` ahead of it."""
+    return jnp.sum(before & jnp.asarray(members, bool)[None, :], axis=-1)
+
+
 def _ranks(priority: ArrayLike, eligible: ArrayLike) -> Array:
-    """Rank (0 = best, descending priority) of each eligible item; ineligible last."""
-    priority = jnp.where(eligible, priority, -jnp.inf)
-    order = jnp.argsort(-priority, stable=True)
-    return jnp.argsort(order, stable=True)
+    """Rank (0 = best, descending priority) of each eligible item; ineligible last.
+
+    Equal to ``argsort(argsort(-priority, stable))`` with ineligible items at
+    ``-inf`` (the rank of an ineligible item is only ever compared after
+    masking it out).
+    """
+    return _ranks_among(_before(priority, eligible), jnp.ones_like(eligible, bool))
 
 
 def top_similarity_anchors() -> AnchorFn:
@@ -78,8 +105,11 @@ def stratified_anchors(high_fraction: float = 0.1) -> AnchorFn:
         take_rest = jnp.minimum(size_rest, budget - take_high)
         take_high = jnp.minimum(size_high, budget - take_rest)
         priority = jax.random.uniform(key, jnp.shape(query.similarity))
-        chosen_high = (_ranks(priority, in_high) < take_high) & in_high
-        chosen_rest = (_ranks(priority, in_rest) < take_rest) & in_rest
+        # One comparison matrix serves both strata: an item's rank within a
+        # stratum counts the stratum's members ahead of it.
+        before = _before(priority, usable)
+        chosen_high = (_ranks_among(before, in_high) < take_high) & in_high
+        chosen_rest = (_ranks_among(before, in_rest) < take_rest) & in_rest
         return chosen_high | chosen_rest
 
     return anchors

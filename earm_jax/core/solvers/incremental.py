@@ -46,6 +46,9 @@ instead of being re-solved at every query, i.e. the history is swept
 ``num_refresh`` rows at a time rather than fully ``num_sweeps`` times per query.
 The cost per query is ``O((num_refresh + 1) K r^3 + M r)`` and independent of
 the history length; the capacity ``Q`` enters only the storage of the rows.
+While ``M <= 2 (num_refresh + 1) K`` the memory solves run densely over all
+``M`` memories, masked to the touched ones (``O(M r^3)``, elementwise and
+batch-last, faster on batched hardware than gathering); see :func:`update`.
 
 Everything here is pure and shape-static.
 """
@@ -63,32 +66,51 @@ from earm_jax.core.padding import pad
 from earm_jax.core.solvers.base import SolverAlgorithm, no_refit
 from earm_jax.types import Array, ArrayLike
 
-# Above this system size an unrolled Cholesky is too much code to trace; the
-# generic (LU) solve of ``_linalg`` takes over.
-_MAX_UNROLLED = 13
+# The memory solves of a step run densely over all M memories (masked to the
+# touched ones) while M <= _DENSE_FACTOR * (rows in the block) * K; beyond that
+# they run over the block's gathered entries.
+_DENSE_FACTOR = 2
 
 
 class IncrementalStats(NamedTuple):
     r"""Per-memory sufficient statistics carried in ``SolverState.solver_extras``.
 
+    Stored *memory-last* (batch-last): every entry :math:`G_{\cdot, i, j}` is
+    a contiguous ``[M]`` vector, the layout the unrolled Cholesky of the step
+    reads (a transpose of ``[M, D, D]`` statistics per step cost as much as
+    the solve itself on CPU). :attr:`gram` and :attr:`rhs` are the
+    memory-first views.
+
     Attributes:
-      gram: ``float32[M, R+1, R+1]`` :math:`G_m = \sum_{s \ni m} x_s x_s^\top`
-        with :math:`x_s = (1, v_s)`, over the stored rows that hold ``m``.
-      rhs: ``float32[M, R+1]`` :math:`h_m = \sum_{s \ni m} (y_{m,s} - c_s) x_s`.
+      gram_memory_last: ``float32[R+1, R+1, M]``
+        :math:`G_m = \sum_{s \ni m} x_s x_s^\top` with :math:`x_s = (1, v_s)`,
+        over the stored rows that hold ``m``.
+      rhs_memory_last: ``float32[R+1, M]``
+        :math:`h_m = \sum_{s \ni m} (y_{m,s} - c_s) x_s`.
       cursor: ``int32[]`` the first history row of the next round-robin refresh.
     """
 
-    gram: Array
-    rhs: Array
+    gram_memory_last: Array
+    rhs_memory_last: Array
     cursor: Array
+
+    @property
+    def gram(self) -> Array:
+        """``float32[..., M, R+1, R+1]``: :math:`G_m`, memory first."""
+        return jnp.moveaxis(self.gram_memory_last, -1, -3)
+
+    @property
+    def rhs(self) -> Array:
+        """``float32[..., M, R+1]``: :math:`h_m`, memory first."""
+        return jnp.moveaxis(self.rhs_memory_last, -1, -2)
 
 
 def init_stats(num_memories: int, rank: int) -> IncrementalStats:
     """Empty statistics (no history) for ``num_memories`` memories of ``rank``."""
     dim = rank + 1
     return IncrementalStats(
-        gram=jnp.zeros((num_memories, dim, dim), jnp.float32),
-        rhs=jnp.zeros((num_memories, dim), jnp.float32),
+        gram_memory_last=jnp.zeros((dim, dim, num_memories), jnp.float32),
+        rhs_memory_last=jnp.zeros((dim, num_memories), jnp.float32),
         cursor=jnp.zeros((), jnp.int32),
     )
 
@@ -96,12 +118,10 @@ def init_stats(num_memories: int, rank: int) -> IncrementalStats:
 def small_ridge_solve(gram: ArrayLike, rhs: ArrayLike, l2: float) -> Array:
     r"""Solves :math:`(G + \lambda I) w = h` for many small SPD systems.
 
-    An unrolled Cholesky vectorised over the batch (the systems here are
-    ``(r+1) x (r+1)``, r <= 12; the unrolled code grows as r^3 and
-    slows compilation beyond that): elementwise operations only, which XLA fuses
-    into one loop on CPU and one kernel on GPU, several times faster than a
-    batched LAPACK / cuSOLVER call per tiny matrix. Larger systems use
-    :func:`earm_jax.core.linalg.ridge_solve`.
+    Batch-first wrapper of :func:`earm_jax.core.linalg.ridge_solve` (an unrolled
+    Cholesky up to ``r + 1 = 13``, LU beyond); the step itself calls
+    :func:`earm_jax.core.linalg.cholesky_solve_batch_last` on batch-last
+    inputs directly.
 
     Args:
       gram: ``float32[..., D, D]`` symmetric positive semi-definite.
@@ -111,39 +131,7 @@ def small_ridge_solve(gram: ArrayLike, rhs: ArrayLike, l2: float) -> Array:
     Returns:
       ``float32[..., D]``.
     """
-    gram = jnp.asarray(gram)
-    rhs = jnp.asarray(rhs)
-    dim = gram.shape[-1]
-    if dim > _MAX_UNROLLED:
-        return linalg.ridge_solve(gram, rhs, l2)
-    g = jnp.moveaxis(gram, (-2, -1), (0, 1))  # [D, D, ...]: contiguous slices
-    h = jnp.moveaxis(rhs, -1, 0)
-    lower = [[None] * dim for _ in range(dim)]
-    inverse_diagonal = [None] * dim
-    for j in range(dim):
-        total = g[j, j] + l2
-        for k in range(j):
-            total = total - lower[j][k] * lower[j][k]
-        inverse = jax.lax.rsqrt(jnp.maximum(total, 1e-30))
-        inverse_diagonal[j] = inverse
-        for i in range(j + 1, dim):
-            total = g[i, j]
-            for k in range(j):
-                total = total - lower[i][k] * lower[j][k]
-            lower[i][j] = total * inverse
-    forward = [None] * dim
-    for i in range(dim):
-        total = h[i]
-        for k in range(i):
-            total = total - lower[i][k] * forward[k]
-        forward[i] = total * inverse_diagonal[i]
-    solution = [None] * dim
-    for i in reversed(range(dim)):
-        total = forward[i]
-        for k in range(i + 1, dim):
-            total = total - lower[k][i] * solution[k]
-        solution[i] = total * inverse_diagonal[i]
-    return jnp.stack(solution, axis=-1)
+    return linalg.ridge_solve(gram, rhs, l2)
 
 
 def refresh_rows(
@@ -181,12 +169,16 @@ def refresh_rows(
     return jnp.clip(rows, 0, capacity - 1), valid, in_stats & valid, next_cursor
 
 
-def take_rows(buffer: Array, rows: Array) -> Array:
+def take_rows(buffer: Array, rows: Array, unroll: bool = False) -> Array:
     """``buffer[rows]`` as a loop of dynamic slices.
 
     The loop keeps XLA from fusing these reads into the write of the new row
     into the same history buffer; fused, they read the old buffer and force a
     copy of the whole buffer per query (a cost growing with the capacity).
+    ``unroll=True`` writes the slices out instead (no while loop): measured in
+    the compiled step, that is copy-free for the observation rows and the
+    query biases but not for ``query_factors``, whose read stays a loop
+    (``tests/core/test_step_hlo.py`` guards both).
     """
 
     def body(k: Array, out: Array) -> Array:
@@ -194,12 +186,12 @@ def take_rows(buffer: Array, rows: Array) -> Array:
         return jax.lax.dynamic_update_index_in_dim(out, row, k, 0)
 
     out = jnp.zeros(rows.shape + buffer.shape[1:], buffer.dtype)
-    return jax.lax.fori_loop(0, rows.shape[0], body, out)
+    return jax.lax.fori_loop(0, rows.shape[0], body, out, unroll=unroll)
 
 
-def put_rows(buffer: Array, rows: Array, values: Array) -> Array:
-    """``buffer[rows] = values`` as a loop of in-place updates; rows outside the
-    buffer (``>= len(buffer)``) are skipped."""
+def put_rows(buffer: Array, rows: Array, values: Array, unroll: bool = False) -> Array:
+    """``buffer[rows] = values`` as in-place updates (a loop, or unrolled with
+    ``unroll=True``); rows outside the buffer (``>= len(buffer)``) are skipped."""
     size = buffer.shape[0]
 
     def body(k: Array, out: Array) -> Array:
@@ -208,15 +200,34 @@ def put_rows(buffer: Array, rows: Array, values: Array) -> Array:
         row = jnp.where(rows[k] < size, values[k], current)
         return jax.lax.dynamic_update_index_in_dim(out, row, slot, 0)
 
-    return jax.lax.fori_loop(0, rows.shape[0], body, buffer)
+    return jax.lax.fori_loop(0, rows.shape[0], body, buffer, unroll=unroll)
 
 
-def _row_outer(features: Array) -> Array:
-    return features[..., :, None] * features[..., None, :]
+def _solve_batch_last(gram_t: Array, rhs_t: Array, l2: float) -> Array:
+    """``[D, D, B]``, ``[D, B]`` -> ``[D, B]`` (unrolled Cholesky, LU if large)."""
+    if gram_t.shape[0] <= linalg.MAX_UNROLLED:
+        return linalg.cholesky_solve_batch_last(gram_t, rhs_t, l2)
+    solution = linalg.ridge_solve(jnp.moveaxis(gram_t, -1, 0), rhs_t.T, l2)
+    return solution.T
 
 
-def update(state: SolverState, l2: float, num_refresh: int) -> SolverState:
+def update(
+    state: SolverState, l2: float, num_refresh: int, dense: bool | None = None
+) -> SolverState:
     """One bounded ALS sweep after a query's row was stored (see the module doc).
+
+    Laid out for batched hardware. The statistics move as scalars: with
+    ``A[w, m]`` the number of observed entries of memory ``m`` in block row
+    ``w`` and ``B[w, m]`` the sum of their values (scatter-adds of ``W K``
+    scalars), the change is
+    ``dG_m = sum_w A[w, m] (x'_w x'_w^T - x_w x_w^T)`` and
+    ``dh_m = sum_w B[w, m] (x'_w - x_w) - A[w, m] (c'_w x'_w - c_w x_w)``
+    (the old ``x_w`` counts only for rows already in the statistics): a
+    contraction over the ``W`` rows, written memory-last; no ``[W K, D, D]``
+    update is formed. The memory solves are one unrolled Cholesky on
+    memory-last inputs: over all ``M`` memories, kept where touched, while
+    ``M`` is small (``dense``); over the block's ``W K`` gathered entries
+    otherwise (then the statistics move by per-entry scatters).
 
     Args:
       state: a :class:`~earm_jax.core.config.SolverState` right after the new row was
@@ -224,6 +235,8 @@ def update(state: SolverState, l2: float, num_refresh: int) -> SolverState:
         in ``solver_extras`` consistent with the rows before it.
       l2: the ridge penalty.
       num_refresh: earlier rows re-solved per query (static).
+      dense: solve all memories, masked (``True``), or the gathered entries
+        (``False``); ``None`` picks ``M <= 2 W K`` (static).
 
     Returns:
       The state with the block's query parameters, the touched memories'
@@ -231,61 +244,96 @@ def update(state: SolverState, l2: float, num_refresh: int) -> SolverState:
     """
     stats: IncrementalStats = state.solver_extras
     capacity, width = state.obs_index.shape
-    num_memories = state.memory_bias.shape[0]
+    num_memories, rank = state.memory_factors.shape
+    block = num_refresh + 1
+    if dense is None:
+        dense = num_memories <= _DENSE_FACTOR * block * width
+    hi = jax.lax.Precision.HIGHEST
+    # Reads of the history after the new row's write (see take_rows).
     rows, valid, in_stats, next_cursor = refresh_rows(
         state.count, stats.cursor, capacity, num_refresh
     )
-    index = take_rows(state.obs_index, rows)  # [W, K]
-    value = take_rows(state.obs_value, rows)
-    mask = take_rows(state.obs_mask, rows) & valid[:, None]
-    old_bias = take_rows(state.query_bias, rows)
+    index = take_rows(state.obs_index, rows, unroll=True)  # [W, K]
+    value = take_rows(state.obs_value, rows, unroll=True)
+    mask = take_rows(state.obs_mask, rows, unroll=True) & valid[:, None]
+    old_bias = take_rows(state.query_bias, rows, unroll=True)
     old_factors = take_rows(state.query_factors, rows)
     mean = state.global_mean
-
-    # 1. Queries of the block, exactly, against the current memories. Every
-    # memory in a stored row has history, so its factors are the effective ones.
     memory_factors = state.memory_factors
     memory_bias = state.memory_bias
-    features = linalg.with_intercept(memory_factors[index])  # [W, K, D]
-    targets = value - mean - memory_bias[index]
-    gram_q, rhs_q = linalg.normal_equations(features, targets, mask)
-    solution = small_ridge_solve(gram_q, rhs_q, l2)  # [W, D]
-    new_bias = jnp.where(valid, solution[:, 0], old_bias)
-    new_factors = jnp.where(valid[:, None], solution[:, 1:], old_factors)
+    entry = mask.astype(jnp.float32)
 
-    # Move the statistics of the block's memories from the old x_s to the new.
-    x_old = linalg.with_intercept(old_factors)  # [W, D]
+    # 1. Queries of the block, exactly, against the current memories (every
+    # memory in a stored row has history: its factors are the effective ones).
+    features = linalg.with_intercept(memory_factors[index]) * entry[..., None]
+    targets = jnp.where(mask, value - mean - memory_bias[index], 0.0)
+    gram_q = jnp.einsum("wkd,wke->dew", features, features, precision=hi)
+    rhs_q = jnp.einsum("wkd,wk->dw", features, targets, precision=hi)
+    solution = _solve_batch_last(gram_q, rhs_q, l2)  # [D, W]
+    new_bias = jnp.where(valid, solution[0], old_bias)
+    new_factors = jnp.where(valid[:, None], solution[1:].T, old_factors)
+
+    # Per-row coefficients of the statistics' change.
+    keep_old = in_stats.astype(jnp.float32)[:, None]
+    x_old_full = linalg.with_intercept(old_factors)
+    x_old = x_old_full * keep_old  # [W, D]
     x_new = linalg.with_intercept(new_factors)
-    keep_old = in_stats.astype(jnp.float32)
-    delta_gram = _row_outer(x_new) - keep_old[:, None, None] * _row_outer(x_old)
-    entry = mask.astype(jnp.float32)[..., None]  # [W, K, 1]
-    delta_rhs = (value - new_bias[:, None])[..., None] * x_new[:, None, :] - keep_old[
-        :, None, None
-    ] * (value - old_bias[:, None])[..., None] * x_old[:, None, :]
-    delta_rhs = delta_rhs * entry
-    delta_gram = (
-        jnp.broadcast_to(delta_gram[:, None], mask.shape + delta_gram.shape[-2:])
-        * entry[..., None]
-    )
-    flat_ids = jnp.where(mask, index, num_memories).reshape(-1)  # masked: dropped
-    dim = x_new.shape[-1]
-    gram = stats.gram.at[flat_ids].add(delta_gram.reshape(-1, dim, dim), mode="drop")
-    rhs = stats.rhs.at[flat_ids].add(delta_rhs.reshape(-1, dim), mode="drop")
+    outer = (
+        x_new[:, :, None] * x_new[:, None, :]
+        - x_old[:, :, None] * x_old_full[:, None, :]
+    )  # [W, D, D]
+    per_value = x_new - x_old  # times the sum of the values
+    per_entry = old_bias[:, None] * x_old - new_bias[:, None] * x_new  # times count
+    flat_ids = jnp.where(mask, index, num_memories)  # masked: dropped
+    old_coefficients = jnp.concatenate([memory_bias[None], memory_factors.T])  # [D, M]
 
-    # 2. Every memory the block touches, exactly, from its statistics.
-    gather_ids = index.reshape(-1)
-    gram_m = gram[gather_ids]  # [W*K, D, D]
-    rhs_m = rhs[gather_ids] - mean * gram_m[:, 0, :]
-    weights = small_ridge_solve(gram_m, rhs_m, l2)
-    # Duplicated ids carry bitwise-identical solutions, so the scatter is exact.
-    memory_bias = memory_bias.at[flat_ids].set(weights[:, 0], mode="drop")
-    memory_factors = memory_factors.at[flat_ids].set(weights[:, 1:], mode="drop")
+    if dense:
+        row_ids = jnp.broadcast_to(jnp.arange(block)[:, None], index.shape)
+        zeros = jnp.zeros((block, num_memories), jnp.float32)
+        counts = zeros.at[row_ids, flat_ids].add(entry, mode="drop")  # A [W, M]
+        sums = zeros.at[row_ids, flat_ids].add(value * entry, mode="drop")  # B
+        gram = stats.gram_memory_last + jnp.einsum(
+            "wde,wm->dem", outer, counts, precision=hi
+        )
+        rhs = (
+            stats.rhs_memory_last
+            + jnp.einsum("wd,wm->dm", per_entry, counts, precision=hi)
+            + jnp.einsum("wd,wm->dm", per_value, sums, precision=hi)
+        )
+        touched = jnp.sum(counts, axis=0) > 0.5  # [M]
+
+        # 2. The touched memories, exactly, from their statistics: one fused
+        # solve over all M (memory last), kept only where touched.
+        weights = _solve_batch_last(gram, rhs - mean * gram[0], l2)  # [D, M]
+        coefficients = jnp.where(touched, weights, old_coefficients)
+    else:
+        # Large M: per-entry scatters over the block's W K entries only.
+        ids = flat_ids.reshape(-1)
+        delta_gram = entry[None, None] * jnp.moveaxis(outer, 0, -1)[..., None]
+        delta_rhs = entry[None] * (
+            value[None] * per_value.T[..., None] + per_entry.T[..., None]
+        )  # [D, W, K]
+        dim = rank + 1
+        gram = stats.gram_memory_last.at[:, :, ids].add(
+            delta_gram.reshape(dim, dim, -1), mode="drop"
+        )
+        rhs = stats.rhs_memory_last.at[:, ids].add(
+            delta_rhs.reshape(dim, -1), mode="drop"
+        )
+
+        # 2. Every memory the block touches, exactly: one fused solve over the
+        # gathered entries (memory last).
+        gather_ids = index.reshape(-1)
+        gram_m = gram[:, :, gather_ids]  # [D, D, W*K]
+        weights = _solve_batch_last(gram_m, rhs[:, gather_ids] - mean * gram_m[0], l2)
+        # Duplicated ids carry bitwise-identical solutions: the scatter is exact.
+        coefficients = old_coefficients.at[:, ids].set(weights, mode="drop")
+    memory_bias = coefficients[0]
+    memory_factors = coefficients[1:].T
 
     # 3. The mean, exactly, from the statistics (unseen memories have G = 0).
-    coefficients = linalg.with_intercept(memory_factors)
-    coefficients = coefficients.at[:, 0].set(memory_bias)  # w_m = (b_m, u_m)
-    num_observed = jnp.sum(gram[:, 0, 0])
-    total = jnp.sum(rhs[:, 0]) - jnp.sum(coefficients * gram[:, 0, :])
+    num_observed = jnp.sum(gram[0, 0])
+    total = jnp.sum(rhs[0]) - jnp.sum(coefficients * gram[0])
     mean = jnp.where(num_observed > 0.5, total / jnp.maximum(num_observed, 1.0), mean)
 
     # A dropped newest row (history full) was clipped onto a real row: write
@@ -295,8 +343,10 @@ def update(state: SolverState, l2: float, num_refresh: int) -> SolverState:
         global_mean=mean,
         memory_bias=memory_bias,
         memory_factors=memory_factors,
-        query_bias=put_rows(state.query_bias, write_rows, new_bias),
-        query_factors=put_rows(state.query_factors, write_rows, new_factors),
+        query_bias=put_rows(state.query_bias, write_rows, new_bias, unroll=True),
+        query_factors=put_rows(
+            state.query_factors, write_rows, new_factors, unroll=True
+        ),
         solver_extras=IncrementalStats(gram, rhs, next_cursor),
     )
 
@@ -323,7 +373,7 @@ def history_stats(state: SolverState) -> IncrementalStats:
         if isinstance(extras, IncrementalStats)
         else jnp.zeros((), jnp.int32)
     )
-    return IncrementalStats(gram, rhs, cursor)
+    return IncrementalStats(jnp.moveaxis(gram, 0, -1), rhs.T, cursor)
 
 
 def _init_extras(config: SolverConfig, params: Parameters) -> IncrementalStats:
@@ -340,8 +390,8 @@ def _grow_extras(
     # New memories have no history: zero statistics. The round-robin cursor
     # stays valid (it is taken modulo the number of stored rows).
     return IncrementalStats(
-        gram=pad(extras.gram, num_memories),
-        rhs=pad(extras.rhs, num_memories),
+        gram_memory_last=pad(extras.gram_memory_last, num_memories, axis=-1),
+        rhs_memory_last=pad(extras.rhs_memory_last, num_memories, axis=-1),
         cursor=extras.cursor,
     )
 
