@@ -524,6 +524,7 @@ FIGURES = (
     ("conversations_evidence_grid.json", "locomo_quality_vs_calls.png", "calls"),
     ("conversations_evidence_grid.json", "locomo_per_stage.png", "stages"),
     ("conversations_evidence_grid.json", "locomo_grid.png", "grid"),
+    ("locomo_best_turns_noise01.json", "locomo_best_vs_calls.png", "calls"),
     ("solver_latency_cpu.json", "latency_vs_history.png", "latency"),
     ("solver_cpu_after_inplace.json", "throughput_vs_streams.png", "throughput"),
     ("quality_incremental_cpu.json", "incremental_vs_als.png", "solvers"),
