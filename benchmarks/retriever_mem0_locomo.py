@@ -11,7 +11,7 @@ top-10 holds at least one evidence turn. Calls: scorer pairs EARM paid, against
 Scores come from the evidence stand-in scorer, not an LLM.
 
     python benchmarks/retriever_mem0_locomo.py --questions 50 \
-        --out benchmarks/results/retriever_mem0_locomo.json
+        --out benchmarks/results/retriever_mem0_conversations.json
 """
 
 from __future__ import annotations
