@@ -10,6 +10,7 @@ import typer
 
 from earm_jax.cli import output
 from earm_jax.cli.errors import UserError, user_errors
+from earm_jax.cli.options import CallBudget, Preset, Resamples
 from earm_jax.jobs.metadata import write_json
 
 DATA_ENV = "EARM_LOCOMO_DATA"
@@ -146,18 +147,9 @@ def locomo(
     answer_limit: Annotated[
         int, typer.Option(help="Answer at most this many queries (0 = all).")
     ] = 0,
-    resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 1000,
-    preset: Annotated[
-        str,
-        typer.Option(
-            help="paper (seven policies) or best (adds the adaptive multi-round "
-            "policy 'best' under a hard call budget)."
-        ),
-    ] = "paper",
-    call_budget: Annotated[
-        float,
-        typer.Option(help="best: hard cap on calls as a fraction of Full's calls."),
-    ] = 0.25,
+    resamples: Resamples = 1000,
+    preset: Preset = "paper",
+    call_budget: CallBudget = 0.25,
     graded: Annotated[
         float,
         typer.Option(

@@ -10,6 +10,7 @@ import typer
 
 from earm_jax.cli import output
 from earm_jax.cli.errors import UserError, user_errors
+from earm_jax.cli.options import CallBudget, Preset, Resamples
 from earm_jax.jobs.metadata import provenance, write_json
 
 EVIDENCE_NOTE = (
@@ -46,18 +47,9 @@ def simulate(
         float, typer.Option(help="Rate of confidently wrong scorer answers.")
     ] = 0.02,
     seed: Annotated[int, typer.Option(help="Seed of streams and anchors.")] = 0,
-    resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 1000,
-    preset: Annotated[
-        str,
-        typer.Option(
-            help="paper (seven policies) or best (adds the adaptive multi-round "
-            "policy 'best' under a hard call budget)."
-        ),
-    ] = "paper",
-    call_budget: Annotated[
-        float,
-        typer.Option(help="best: hard cap on calls as a fraction of Full's calls."),
-    ] = 0.25,
+    resamples: Resamples = 1000,
+    preset: Preset = "paper",
+    call_budget: CallBudget = 0.25,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write the results JSON here.")
     ] = None,

@@ -524,7 +524,11 @@ FIGURES = (
     ("conversations_evidence_grid.json", "conversations_quality_vs_calls.png", "calls"),
     ("conversations_evidence_grid.json", "conversations_per_stage.png", "stages"),
     ("conversations_evidence_grid.json", "conversations_grid.png", "grid"),
-    ("conversations_best_turns_noise01.json", "conversations_best_vs_calls.png", "calls"),
+    (
+        "conversations_best_turns_noise01.json",
+        "conversations_best_vs_calls.png",
+        "calls",
+    ),
     ("solver_latency_cpu.json", "latency_vs_history.png", "latency"),
     ("solver_cpu_after_inplace.json", "throughput_vs_streams.png", "throughput"),
     ("quality_incremental_cpu.json", "incremental_vs_als.png", "solvers"),
