@@ -9,21 +9,10 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from earm_jax.cli.main import app
-from earm_jax.retriever import OnlineRetriever, RetrieverConfig
+from earm_jax.retriever import OnlineRetriever
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "retriever"))
-from fakes import HashEmbedder, KeywordScorer, memories, queries  # noqa: E402
-
-CONFIG = RetrieverConfig(
-    pool_size=12,
-    top_k=4,
-    rank=2,
-    block_size=3,
-    initial_memories=64,
-    initial_queries=32,
-    snapshot_every=4,
-    precompile=False,
-)
+from fakes import CONFIG, HashEmbedder, KeywordScorer, memories, queries  # noqa: E402
 
 
 def test_check_and_repair_commands(tmp_path):

@@ -9,7 +9,20 @@ import threading
 
 import numpy as np
 
+from earm_jax.retriever import RetrieverConfig
 from earm_jax.scoring.base import PairScore, ScorerIdentity
+
+# A small retriever for tests: compiles fast, grows and snapshots often.
+CONFIG = RetrieverConfig(
+    pool_size=12,
+    top_k=4,
+    rank=2,
+    block_size=3,
+    initial_memories=64,
+    initial_queries=32,
+    snapshot_every=4,
+    precompile=False,
+)
 
 TOPICS = ["hiking", "painting", "guitar", "cooking", "chess", "swimming", "poetry"]
 

@@ -22,22 +22,12 @@ from earm_jax.store.lock import FolderLockedError
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fakes import (  # noqa: E402
+    CONFIG,
     FaultyScorer,
     HashEmbedder,
     KeywordScorer,
     memories,
     queries,
-)
-
-CONFIG = RetrieverConfig(
-    pool_size=12,
-    top_k=4,
-    rank=2,
-    block_size=3,
-    initial_memories=64,
-    initial_queries=32,
-    snapshot_every=4,
-    precompile=False,
 )
 
 
