@@ -25,6 +25,7 @@ import numpy as np
 from earm_jax.eval import stats
 from earm_jax.eval.compare import anchors_first
 from earm_jax.eval.metrics import ranking_metrics
+from earm_jax.jobs.metadata import provenance
 from earm_jax.locomo import EvidenceNoise, build_streams, load_locomo
 from earm_jax.locomo.evaluate import pad_and_stack
 from earm_jax.policies import adaptive as ad
@@ -247,7 +248,15 @@ def main(argv=None):
         sys.stdout.flush()
     if args.out:
         Path(args.out).write_text(
-            json.dumps({"args": vars(args), "results": results}, indent=1)
+            json.dumps(
+                {
+                    **provenance("python benchmarks/adaptive_locomo.py", argv),
+                    "scorer": "evidence stand-in (not an LLM)",
+                    "args": vars(args),
+                    "results": results,
+                },
+                indent=1,
+            )
         )
     return results
 

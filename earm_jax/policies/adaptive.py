@@ -1,9 +1,10 @@
 r"""Adaptive, multi-round anchor scoring under a hard call budget (issue 10).
 
 A query is scored in up to ``len(round_sizes)`` rounds of growing size (default
-10, 20, 40, 80 candidates). Before each round the policy decides, from what it
-has learned on earlier queries and on this query's earlier rounds, whether the
-next round is worth its calls; after each round it folds the scores in. Three
+5, 15, 45, 135 candidates, in similarity order). Before each round the policy
+decides, from what it has learned on earlier queries and on this query's earlier
+rounds, whether the next round is worth its calls; after each round it folds
+the scores in. Three
 pieces of experience are carried from query to query in a :class:`Ledger`:
 
 1. **A hard call budget.** Every query accrues an allowance of
@@ -35,21 +36,25 @@ pieces of experience are carried from query to query in a :class:`Ledger`:
    noise 0.3 it takes about 0.8, so a single noisy false hit rarely ends a
    search, and when it does the table still decides whether to go on.
 
-**Stopping** is a value-of-information rule with a price: the next round is
-scored when the expected relevance rate of its candidates (the table at the
-query's current found-state) is at least the price :math:`\lambda` of a call.
-The price is paced by the ledger (dual ascent, as in budget pacing): after each
-query :math:`\lambda \leftarrow \lambda\,\exp(\eta\,(\text{spent} -
-\text{accrued}) / \text{accrued})`, so it falls while calls are left unspent and
-rises when a query overspends its share. No threshold on a single score.
+**Stopping** (default ``stop_rule="settle_or_spill"``): a query is *settled*
+once the posterior probability that none of its scored candidates is relevant,
+:math:`\prod (1 - q)`, is at most ``settle_risk`` (0.1). Before that every round
+is scored (within the ledger); after it, a round is cut to the calls the carry
+cap would otherwise discard ("use it or lose it"), so an easy query stops after
+its first round while calls are scarce, and spends what would be lost when they
+are not. One noisy false hit (at noise 0.3, :math:`q \approx 1/2`) does not
+settle a query. Other rules (a paced price per call, the previous "settle_or_overflow")
+are kept in :data:`STOP_RULES` as measured negatives.
 
-**Ranking** (the merge rule): every candidate is ranked by its probability of
-relevance. Scored candidates by their posterior :math:`q` (ties by the direct
-score), unscored ones by the table's rate for their bucket at the query's final
-found-state (ties by similarity). So confirmed hits come first, then the
-unscored candidates the retriever likes, then scored candidates known not to be
-relevant: a direct "no" is not allowed to crowd unscored candidates out of the
-top K.
+**Ranking** (default ``merge="confident_no"``): a direct answer that is
+evidence for relevance (likelihood ratio > 1) ranks above every unscored
+candidate, by its answer; an answer that a clean "no" explains (likelihood ratio
+<= 1 and within two noise deviations of where non-relevant answers sit) sinks
+below them; unscored candidates keep similarity order in between, and so do
+middling answers of graded scorers, which rank with the evidence (a borderline
+relevant memory's 0.4 is still worth more than an unscored guess).
+``merge="evidence"`` sinks every answer with likelihood ratio <= 1 (equal on a
+near-binary scorer, 0.03 Recall@10 worse on the graded simulation).
 
 Every function here is pure and shape-static: the simulator runs
 ``begin → (select_round → observe_round) × R → finish`` inside ``jit``,
@@ -81,6 +86,7 @@ from earm_jax.base import Observation, Query
 from earm_jax.types import Array, ArrayLike
 
 STOP_RULES = (
+    "settle_or_spill",
     "settle_or_overflow",
     "settle",
     "price",
@@ -91,8 +97,9 @@ STOP_RULES = (
 )
 """Stopping rules; the first is the default (the others are measured negatives)."""
 
-MERGES = ("evidence", "posterior", "anchors_first")
-"""How direct scores and unscored candidates share one ranking."""
+MERGES = ("confident_no", "evidence", "posterior", "anchors_first")
+"""How direct scores and unscored candidates share one ranking; the first is the
+default."""
 
 UNITS = 1024
 """Ledger units per call: allowances are exact multiples of 1/1024 call."""
@@ -117,6 +124,12 @@ class AdaptiveConfig(NamedTuple):
       noise_prior: prior scorer noise :math:`\sigma_0`.
       noise_prior_weight: pseudo-answers behind ``noise_prior``.
       rate_prior: ``(hits, misses)`` Beta pseudo-counts of every table cell.
+      stop_rule: one of :data:`STOP_RULES` (the first is the default).
+      settle_risk: a query is settled when P(no relevant among its scored)
+        is at most this.
+      merge: one of :data:`MERGES` (the first is the default).
+      hit_spread: let relevant answers spread more than the noise (graded
+        scorers).
     """
 
     pool_size: int
@@ -130,9 +143,9 @@ class AdaptiveConfig(NamedTuple):
     noise_prior: float = 0.2
     noise_prior_weight: float = 10.0
     rate_prior: tuple[float, float] = (1.0, 19.0)
-    stop_rule: str = "settle_or_overflow"
+    stop_rule: str = "settle_or_spill"
     settle_risk: float = 0.1
-    merge: str = "evidence"
+    merge: str = "confident_no"
     hit_spread: bool = True
 
     @property
@@ -476,13 +489,20 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
         open_rank = similarity_ranks(-rs.rank.astype(jnp.float32), open_)
         size = sizes[jnp.minimum(rs.round, num_rounds - 1)]
         size = jnp.minimum(size, rs.limit - rs.calls)
+        unsettled = ~settled(ledger, rs)
+        if config.stop_rule == "settle_or_spill":
+            # Once settled, score only the calls the carry cap would discard.
+            spill = ledger.balance + rs.allowance - rs.calls * UNITS - carry_units
+            spill = jnp.maximum(spill // UNITS, 0)
+            size = jnp.where(unsettled, size, jnp.minimum(size, spill))
         chosen = open_ & (open_rank < size)
         rate = rates(ledger)[bucket_of(rs.rank), found_state(ledger, rs)]
         num_chosen = jnp.sum(chosen)
         expected = jnp.sum(jnp.where(chosen, rate, 0.0)) / jnp.maximum(num_chosen, 1)
-        unsettled = ~settled(ledger, rs)
         priced = expected >= ledger.price
-        if config.stop_rule == "settle":
+        if config.stop_rule == "settle_or_spill":
+            worth = jnp.ones((), bool)  # settled rounds were cut to the spill
+        elif config.stop_rule == "settle":
             worth = unsettled
         elif config.stop_rule == "price":
             worth = priced
@@ -551,6 +571,19 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
             scores = jnp.where(
                 rs.scored,
                 jnp.where(favours, 2.0 + rs.values, rs.values - 1.0),
+                1.0 - 1e-3 * rs.rank.astype(jnp.float32),
+            )
+        if config.merge == "confident_no":
+            # As "evidence", but only answers a clean "no" explains (within two
+            # noise deviations of where non-relevant answers sit) sink below the
+            # unscored ones: graded scorers give borderline relevant memories
+            # middling answers that are still worth more than an unscored guess.
+            sigma = jnp.sqrt(noise_variance(ledger, rs))
+            clean_no = rs.values < null_location(ledger)[bucket] + 2.0 * sigma
+            sink = (log_likelihood_ratio(ledger, rs) <= 0.0) & clean_no
+            scores = jnp.where(
+                rs.scored,
+                jnp.where(sink, rs.values - 1.0, 2.0 + rs.values),
                 1.0 - 1e-3 * rs.rank.astype(jnp.float32),
             )
         if config.merge == "anchors_first":

@@ -216,3 +216,74 @@ def test_noise_estimate_tracks_the_scorer():
 def test_bad_config_raises_naming_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         ad.adaptive_policy(ad.AdaptiveConfig(pool_size=8)._replace(**{field: value}))
+
+
+@pytest.mark.parametrize("stop_rule", ad.STOP_RULES)
+def test_every_stop_rule_keeps_the_ledger(stop_rule):
+    """The hard cap holds for every stop rule (not only the default), for a
+    scorer that never settles and one that settles at once."""
+    config = CONFIG._replace(stop_rule=stop_rule, call_budget=0.2)
+    policy = ad.adaptive_policy(config)
+    queries, _ = _stream(3, num_queries=10)
+    usable = np.asarray(queries.valid)
+    # Two streams in one call: a scorer that never settles, one that settles.
+    both = jax.tree.map(lambda leaf: jnp.stack([leaf, leaf]), queries)
+    answers = jnp.stack([jnp.zeros(usable.shape), jnp.ones(usable.shape)])
+    run = jax.jit(jax.vmap(lambda q, s: ad.run_adaptive(policy, q, s)))
+    _, info = run(both, answers.astype(jnp.float32))
+    for calls in np.asarray(info.calls):
+        assert np.all(np.cumsum(calls) <= _accrued(config, usable.sum(1)) + 1e-9)
+        assert np.all(calls <= config.per_query_cap)
+    assert np.asarray(info.calls)[0].sum() > 0
+
+
+def test_a_settled_query_spends_only_what_would_spill():
+    """settle_or_spill: with the carry cap far away, a query whose first round
+    finds the evidence stops there; with the balance at the cap, it goes on but
+    spends no more than the calls the cap would discard."""
+    config = ad.AdaptiveConfig(
+        pool_size=POOL, round_sizes=(2, 4, 8), call_budget=0.5, max_carry=3
+    )
+    policy = ad.adaptive_policy(config)
+    query = Query(
+        jnp.arange(POOL, dtype=jnp.int32),
+        -jnp.arange(POOL, dtype=jnp.float32),
+        jnp.ones(POOL, bool),
+    )
+    truth = jnp.zeros(POOL).at[0].set(1.0)
+    empty = policy.init()
+    _, info = policy.score_query(empty, query, lambda mask: truth)
+    # Allowance 12 calls, carry cap 3: it spends until only 3 are left.
+    assert int(info.rounds) == 3 and int(info.calls) == 12 - 3
+    tight = ad.adaptive_policy(config._replace(max_carry=20))
+    _, info = tight.score_query(tight.init(), query, lambda mask: truth)
+    assert int(info.rounds) == 1 and int(info.calls) == 2
+
+
+def test_confident_no_keeps_middling_answers_above_the_unscored():
+    """A graded scorer's middling answer (0.45) stays above unscored candidates
+    under merge="confident_no" and sinks under "evidence"; a clean "no" sinks
+    under both."""
+    query = Query(
+        jnp.arange(POOL, dtype=jnp.int32),
+        -jnp.arange(POOL, dtype=jnp.float32),
+        jnp.ones(POOL, bool),
+    )
+    answers = jnp.zeros(POOL).at[0].set(1.0).at[1].set(0.45)
+    ranks = {}
+    for merge in ("confident_no", "evidence"):
+        config = ad.AdaptiveConfig(
+            pool_size=POOL,
+            round_sizes=(4, 4),
+            call_budget=1.0,
+            merge=merge,
+            noise_prior=0.1,
+        )
+        policy = ad.adaptive_policy(config)
+        _, info = policy.score_query(policy.init(), query, lambda mask: answers)
+        scores = np.asarray(info.scores)
+        ranks[merge] = scores
+        assert scores[0] == scores.max()
+        assert scores[2] < scores[10]  # a clean "no" sinks
+    assert ranks["confident_no"][1] > ranks["confident_no"][10]
+    assert ranks["evidence"][1] < ranks["evidence"][10]
