@@ -845,7 +845,16 @@ class OnlineRetriever:
             jnp.zeros(size, bool),
         )
         select(self._key("select", 0), state, query)
-        observe(state, query, Observation(jnp.zeros(size), jnp.zeros(size, bool)))
+        nothing = Observation(jnp.zeros(size), jnp.zeros(size, bool))
+        observe(state, query, nothing)
+        adaptive = _adaptive_for(self.config)
+        if adaptive is not None:  # the best preset's round functions too
+            policy, begin, select_round, observe_round, finish = adaptive
+            ledger = policy.init()
+            progress = begin(ledger, query, query.valid)
+            select_round(ledger, progress)
+            progress = observe_round(ledger, progress, nothing, query.valid)
+            finish(ledger, progress)
 
     def _warm(self, state, solver_config, target) -> None:
         try:

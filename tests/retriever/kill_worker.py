@@ -28,6 +28,10 @@ CONFIG = RetrieverConfig(
     initial_queries=64,
     snapshot_every=3,
     precompile=False,
+    # The test runs both presets: "best" adds the adaptive call ledger and
+    # multi-round queries to what a kill may interrupt.
+    preset=os.environ.get("EARM_KILL_PRESET", "paper"),
+    call_budget=0.5,  # best only: ~4 calls a query, so kills land mid-round
 )
 
 

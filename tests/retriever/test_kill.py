@@ -23,6 +23,8 @@ from fakes import KeywordScorer  # noqa: E402
 
 WORKER = Path(__file__).with_name("kill_worker.py")
 TRIALS = int(os.environ.get("EARM_KILL_TRIALS", "30"))
+# The adaptive preset shares every code path but the query's rounds and ledger.
+BEST_TRIALS = int(os.environ.get("EARM_KILL_TRIALS_BEST", "10"))
 
 
 def _start(folder, log, paid, number, env):
@@ -50,9 +52,17 @@ def _wait_ready(process, timeout=300.0):
         pytest.fail(f"worker did not open the folder: {line!r}\n{err[-3000:]}")
 
 
-def test_kill_9_at_random_moments_loses_nothing(tmp_path):
+@pytest.mark.parametrize(
+    "preset, trials, max_wait, min_pairs",
+    # best's first query after a start takes ~1 s (its rounds), so it waits longer.
+    [("paper", TRIALS, 0.8, 50), ("best", BEST_TRIALS, 2.5, 20)],
+)
+def test_kill_9_at_random_moments_loses_nothing(
+    tmp_path, preset, trials, max_wait, min_pairs
+):
     folder, log, paid = tmp_path / "agent", tmp_path / "log.jsonl", tmp_path / "paid"
     env = dict(os.environ)
+    env["EARM_KILL_PRESET"] = preset
     env["PYTHONPATH"] = os.pathsep.join(
         [str(Path(__file__).parents[2]), env.get("PYTHONPATH", "")]
     )
@@ -63,15 +73,15 @@ def test_kill_9_at_random_moments_loses_nothing(tmp_path):
     rng = random.Random(0)
     started = time.monotonic()
     in_flight = []  # the last scorer batch of each killed worker
-    for number in range(TRIALS + 1):
+    for number in range(trials + 1):
         process = _start(folder, log, paid, number, env)
         _wait_ready(process)  # the worker checked every acknowledged write
-        if number < TRIALS:
-            time.sleep(rng.uniform(0.0, 0.8))
+        if number < trials:
+            time.sleep(rng.uniform(0.0, max_wait))
         process.send_signal(signal.SIGKILL)
         _, err = process.communicate()
         assert process.returncode == -signal.SIGKILL, err[-3000:]
-        if number == TRIALS:
+        if number == trials:
             break
     elapsed = time.monotonic() - started
 
@@ -104,10 +114,10 @@ def test_kill_9_at_random_moments_loses_nothing(tmp_path):
     # the next worker resolved as applied or not (and checked).
     records = [json.loads(line) for line in log.read_text().splitlines()]
     mid_operation = sum(record["kind"] == "resolved" for record in records)
-    assert mid_operation >= TRIALS // 3, mid_operation
-    assert sum(len(b["pairs"]) for b in batches) > 50
+    assert mid_operation >= trials // 3, mid_operation
+    assert sum(len(b["pairs"]) for b in batches) > min_pairs
     print(
-        f"{TRIALS} kills in {elapsed:.1f} s, {mid_operation} inside an operation; "
-        f"{len(batches)} scorer batches"
+        f"{preset}: {trials} kills in {elapsed:.1f} s, {mid_operation} inside an "
+        f"operation; {len(batches)} scorer batches"
     )
     assert len(seen) > 0
