@@ -73,7 +73,13 @@ def run_point(data, setting, noise, slots, seed, gates, sizes, resamples, score)
         width = scores.shape[-1]
         positions = ranking_positions(ranked, where=eligible)[..., width:]
         entered = expansion_used.valid & (positions < 10)
+        in_pool = (batch.relevant & usable).sum(-1)
         return {
+            "slots_filled": np.asarray(expansion_used.valid.sum(-1), float)[real],
+            "slots_relevant": np.asarray(outside.sum(-1), float)[real],
+            "missed": np.asarray(jnp.maximum(batch.num_relevant - in_pool, 0), float)[
+                real
+            ],
             "recall@10": np.asarray(m.recall)[real],
             "ndcg@10": np.asarray(m.ndcg)[real],
             "mrr": np.asarray(m.mrr)[real],
@@ -125,12 +131,17 @@ def run_point(data, setting, noise, slots, seed, gates, sizes, resamples, score)
             row["precision"] = (
                 float(m["entered_relevant"][has].sum() / total) if total else None
             )
+            missed = m["missed"][has].sum()
+            row["slots_filled_per_query"] = float(m["slots_filled"][has].mean())
+            row["slot_recall"] = (
+                float(m["slots_relevant"][has].sum() / missed) if missed else None
+            )
             out["variants"].append(row)
             print(
                 f"{setting} {noise} {score} E={size} gate={gate}: dR@10 "
                 f"{row['recall@10']['mean']:+.4f} {row['recall@10']['ci']} "
                 f"in top10 {row['expanded_per_query']:.3f}/q "
-                f"prec {row['precision']}",
+                f"prec {row['precision']} slot recall {row['slot_recall']}",
                 flush=True,
             )
     return out
