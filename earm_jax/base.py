@@ -71,6 +71,9 @@ class Stream(NamedTuple):
       num_relevant: ``int32[T]`` relevant memories per query including those the
         retriever missed (the recall denominator); ``None`` means ``relevant.sum(-1)``.
       category: ``int32[T]`` an optional per-query label (e.g. LoCoMo category id).
+      relevant_memories: ``bool[T, M]`` optional ground truth over every memory
+        row, in the pool or not (labels for search expansion, DESIGN §2.8);
+        ``None`` where unknown.
     """
 
     queries: Query
@@ -79,6 +82,7 @@ class Stream(NamedTuple):
     insert_time: Array
     num_relevant: Array | None = None
     category: Array | None = None
+    relevant_memories: Array | None = None
 
 
 NOT_INSERTED = 2**31 - 1

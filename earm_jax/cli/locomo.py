@@ -157,6 +157,21 @@ def locomo(
             "G x (similarity percentile in its pool)^2 before noise (0: off)."
         ),
     ] = 0.0,
+    expand: Annotated[
+        int,
+        typer.Option(
+            help="Search expansion (DESIGN 2.8): E slots per query for memories "
+            "outside the pool with history, ranked by their completion; adds the "
+            "policy mixed_expand (0: off)."
+        ),
+    ] = 0,
+    expand_min_score: Annotated[
+        float,
+        typer.Option(
+            help="--expand: the completion an outside memory needs for a slot "
+            "(0: any; 0.5: predicted relevant)."
+        ),
+    ] = 0.0,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write JSON here.")
     ] = None,
@@ -233,6 +248,8 @@ def locomo(
         graded=graded,
         preset=preset,
         call_budget=call_budget,
+        expand=expand,
+        expand_min_score=expand_min_score,
     )
     with user_errors("fix the option named above (see `earm locomo --help`)"):
         job.validate()
@@ -257,6 +274,8 @@ def locomo(
                 f"Full, cap {job.call_budget:.0%}), rounds per query mean "
                 f"{best['rounds']['mean']:.2f}, p95 {best['rounds']['p95']:.0f}"
             )
+        for line in output.expansion_lines(run):
+            console.print(line, markup=False)
     console.print(payload["scorer_note"], markup=False)
     faults = payload["data_faults"]
     console.print(

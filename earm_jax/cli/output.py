@@ -109,7 +109,28 @@ def shown_metrics(ks: tuple[int, ...] | list[int]) -> list[str]:
     return [f"recall@{k}" for k in ks] + [f"ndcg@{ks[0]}", "mrr"]
 
 
+def expansion_lines(summary: dict[str, Any]) -> list[str]:
+    """One line per cut-off K about search expansion (``summary["expansion"]``;
+    none without it): expanded memories in the top K and their precision."""
+    expansion = summary.get("expansion")
+    if not expansion:
+        return []
+    lines = []
+    for key, entry in expansion.items():
+        if not key.startswith("@"):
+            continue
+        precision = entry["precision"]["mean"]
+        lines.append(
+            f"{expansion['policy']} top{key[1:]}: "
+            f"{entry['expanded_per_query']['mean']:.3f} expanded memories per "
+            f"query, in {entry['queries_with_expanded']['mean']:.1%} of queries, "
+            "precision " + ("n/a" if precision is None else f"{precision:.1%}")
+        )
+    return lines
+
+
 __all__ = [
+    "expansion_lines",
     "CI_NOTE",
     "TABLE_WIDTH",
     "console",

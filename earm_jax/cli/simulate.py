@@ -50,6 +50,17 @@ def simulate(
     resamples: Resamples = 1000,
     preset: Preset = "paper",
     call_budget: CallBudget = 0.25,
+    expand: Annotated[
+        int,
+        typer.Option(
+            help="Search expansion: E slots per query for memories outside the "
+            "pool with history; adds the policy mixed_expand (0: off)."
+        ),
+    ] = 0,
+    expand_min_score: Annotated[
+        float,
+        typer.Option(help="--expand: the completion an outside memory needs."),
+    ] = 0.0,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write the results JSON here.")
     ] = None,
@@ -85,6 +96,8 @@ def simulate(
                 budget_scale=budget_scale,
                 preset=preset,
                 call_budget=call_budget,
+                expand=expand,
+                expand_min_score=expand_min_score,
                 high_fraction=high_fraction,
                 seed=seed,
                 num_resamples=resamples,
@@ -123,6 +136,8 @@ def simulate(
         f"queries: {summary['num_queries']} ({summary['num_scored_queries']} with a "
         f"relevant memory); run {timing['seconds']:.1f} s (compile included)"
     )
+    for line in output.expansion_lines(summary):
+        console.print(line, markup=False)
     console.print(EVIDENCE_NOTE, markup=False)
     payload = {
         "config": settings.to_json(),

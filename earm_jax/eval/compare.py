@@ -15,6 +15,14 @@ policies need no solver. ``policy_metrics`` turns rankings into per-query metric
 | ``mixed`` | ``B_t`` | answer on anchors, completion elsewhere (EARM) |
 | ``bias_only`` | ``B_t`` | ``mixed`` with rank 0 |
 | ``top_similarity`` | ``B_t`` | the ``B_t`` most similar by answer, then similarity |
+
+With ``expand=E > 0`` an eighth (or ninth) policy ``mixed_expand``: Mixed's
+ranking of the pool plus ``E`` expansion slots, the eligible memories outside
+the pool with the highest completion (DESIGN §2.8,
+:mod:`earm_jax.core.expand`); same anchors and calls as ``mixed``. Its ranking
+has ``N + E`` items, its own relevance labels (from
+``Stream.relevant_memories``) and per-query rows ``expanded@K`` (expansion
+memories in the top K) and ``expanded_relevant@K`` (those that are relevant).
 """
 
 from __future__ import annotations
@@ -27,9 +35,10 @@ import jax.numpy as jnp
 
 from earm_jax.base import Policy, Stream
 from earm_jax.core.config import SolverConfig
+from earm_jax.core.expand import expanded_ranking, run_expanded
 from earm_jax.core.online import online_solver
 from earm_jax.core.run import run
-from earm_jax.eval.metrics import ranking_metrics
+from earm_jax.eval.metrics import ranking_metrics, ranking_positions
 from earm_jax.policies.adaptive import AdaptiveConfig, adaptive_policy, run_adaptive
 from earm_jax.policies.anchors import top_similarity_anchors
 from earm_jax.types import Array, ArrayLike, PRNGKey
@@ -53,12 +62,20 @@ class PolicyRanking(NamedTuple):
       eligible: ``bool[T, N]`` candidates that may enter the ranking.
       calls: ``int32[T]`` direct-scoring calls paid at each query.
       rounds: ``int32[T]`` scoring rounds per query (multi-round policies only).
+      relevant: ``bool[T, W]`` labels of the ranked items when they are not the
+        pool (``W = N + E`` for ``mixed_expand``); ``None``: ``stream.relevant``.
+      memories: ``int32[T, W]`` memory rows of the ranked items when they are
+        not the pool's candidates; ``None``: ``stream.queries.candidates``.
+      expanded: ``bool[T, W]`` items from outside the pool (search expansion).
     """
 
     scores: Array
     eligible: Array
     calls: Array
     rounds: Array | None = None
+    relevant: Array | None = None
+    memories: Array | None = None
+    expanded: Array | None = None
 
 
 def usable_mask(stream: Stream) -> Array:
@@ -90,6 +107,8 @@ def compare_policies(
     config: SolverConfig,
     policy: Policy,
     adaptive: AdaptiveConfig | None = None,
+    expand: int = 0,
+    expand_min_score: float = -float("inf"),
 ) -> dict[str, PolicyRanking]:
     """Rankings of all seven policies on one stream (jit-able; vmap over streams).
 
@@ -103,15 +122,53 @@ def compare_policies(
         policy under its hard call budget
         (:mod:`earm_jax.policies.adaptive`); its ranking's ``rounds`` field
         holds the rounds per query.
+      expand: ``E`` expansion slots (a Python int); ``> 0`` adds the policy
+        ``"mixed_expand"`` (needs ``stream.relevant_memories``).
+      expand_min_score: an outside memory takes a slot only with a completion
+        at least this (``-inf``: no gate).
 
     Returns:
       ``{policy name: PolicyRanking}`` for every name in :data:`POLICIES`
-      (and ``"best"``).
+      (and ``"best"``, ``"mixed_expand"``).
     """
     usable = usable_mask(stream)
     answers = jnp.asarray(stream.scores, jnp.float32)
     similarity = jnp.where(usable, stream.queries.similarity, -jnp.inf)
-    _, mixed = run(online_solver(config, policy), key, stream)
+    solver = online_solver(config, policy)
+    expanded = {}
+    if expand > 0:
+        if stream.relevant_memories is None:
+            raise ValueError(
+                "expand > 0 needs stream.relevant_memories (labels of the memories "
+                "outside the pool)"
+            )
+        _, mixed, expansion = run_expanded(
+            solver, key, stream, expand, expand_min_score
+        )
+        scores, eligible, memories = expanded_ranking(
+            mixed.scores, usable, stream.queries.candidates, expansion
+        )
+        outside_relevant = jnp.take_along_axis(
+            jnp.asarray(stream.relevant_memories, bool), expansion.memories, axis=-1
+        )
+        expanded["mixed_expand"] = PolicyRanking(
+            scores,
+            eligible,
+            jnp.sum(mixed.anchors, axis=-1, dtype=jnp.int32),
+            relevant=jnp.concatenate(
+                [
+                    jnp.asarray(stream.relevant, bool),
+                    outside_relevant & expansion.valid,
+                ],
+                axis=-1,
+            ),
+            memories=memories,
+            expanded=jnp.concatenate(
+                [jnp.zeros_like(usable), expansion.valid], axis=-1
+            ),
+        )
+    else:
+        _, mixed = run(solver, key, stream)
     _, bias = run(online_solver(config._replace(rank=0), policy), key, stream)
     anchors = mixed.anchors
     calls = jnp.sum(anchors, axis=-1, dtype=jnp.int32)
@@ -131,27 +188,31 @@ def compare_policies(
             adaptive_policy(adaptive), stream.queries, answers, usable
         )
         extra["best"] = PolicyRanking(best.scores, usable, best.calls, best.rounds)
-    return extra | {
-        "semantic": PolicyRanking(similarity, usable, jnp.zeros_like(calls)),
-        "full": PolicyRanking(
-            jnp.where(usable, answers, -jnp.inf),
-            usable,
-            jnp.sum(usable, axis=-1, dtype=jnp.int32),
-        ),
-        "observed": PolicyRanking(observed_scores, anchors, calls),
-        "observed_backfill": PolicyRanking(
-            anchors_first(answers, anchors, similarity), usable, calls
-        ),
-        "mixed": PolicyRanking(mixed.scores, usable, calls),
-        "bias_only": PolicyRanking(
-            bias.scores, usable, jnp.sum(bias.anchors, axis=-1, dtype=jnp.int32)
-        ),
-        "top_similarity": PolicyRanking(
-            anchors_first(answers, top_anchors, similarity),
-            usable,
-            jnp.sum(top_anchors, axis=-1, dtype=jnp.int32),
-        ),
-    }
+    return (
+        extra
+        | {
+            "semantic": PolicyRanking(similarity, usable, jnp.zeros_like(calls)),
+            "full": PolicyRanking(
+                jnp.where(usable, answers, -jnp.inf),
+                usable,
+                jnp.sum(usable, axis=-1, dtype=jnp.int32),
+            ),
+            "observed": PolicyRanking(observed_scores, anchors, calls),
+            "observed_backfill": PolicyRanking(
+                anchors_first(answers, anchors, similarity), usable, calls
+            ),
+            "mixed": PolicyRanking(mixed.scores, usable, calls),
+            "bias_only": PolicyRanking(
+                bias.scores, usable, jnp.sum(bias.anchors, axis=-1, dtype=jnp.int32)
+            ),
+            "top_similarity": PolicyRanking(
+                anchors_first(answers, top_anchors, similarity),
+                usable,
+                jnp.sum(top_anchors, axis=-1, dtype=jnp.int32),
+            ),
+        }
+        | expanded
+    )
 
 
 def policy_metrics(
@@ -169,10 +230,11 @@ def policy_metrics(
     has_relevant = None
     for name, ranking in rankings.items():
         row: dict[str, Array] = {}
+        labels = relevant if ranking.relevant is None else ranking.relevant
         for k in ks:
             metrics = ranking_metrics(
                 ranking.scores,
-                relevant,
+                labels,
                 k=k,
                 where=ranking.eligible,
                 num_relevant=num_relevant,
@@ -182,6 +244,25 @@ def policy_metrics(
             row[f"ndcg@{k}"] = metrics.ndcg
             row["mrr"] = metrics.mrr
             has_relevant = metrics.has_relevant
+        if ranking.expanded is not None:
+            positions = ranking_positions(ranking.scores, where=ranking.eligible)
+            slots = ranking.expanded & ranking.eligible
+            row["slots_filled"] = slots.sum(-1).astype(jnp.float32)
+            row["slots_relevant"] = (slots & labels).sum(-1).astype(jnp.float32)
+            in_pool = (labels & ~ranking.expanded).sum(-1)
+            total = in_pool if num_relevant is None else num_relevant
+            row["missed_relevant"] = jnp.maximum(total - in_pool, 0).astype(jnp.float32)
+            row["slots_recall"] = jnp.where(
+                total > 0,
+                row["slots_relevant"] / jnp.maximum(total, 1).astype(jnp.float32),
+                0.0,
+            )
+            for k in ks:
+                entered = ranking.expanded & ranking.eligible & (positions < k)
+                row[f"expanded@{k}"] = entered.sum(-1).astype(jnp.float32)
+                row[f"expanded_relevant@{k}"] = (
+                    (entered & labels).sum(-1).astype(jnp.float32)
+                )
         row["calls"] = ranking.calls.astype(jnp.float32)
         if ranking.rounds is not None:
             row["rounds"] = ranking.rounds.astype(jnp.float32)
@@ -196,6 +277,8 @@ def evaluate_policies(
     policy: Policy,
     ks: Sequence[int] = (10, 20),
     adaptive: AdaptiveConfig | None = None,
+    expand: int = 0,
+    expand_min_score: float = -float("inf"),
 ) -> tuple[dict[str, dict[str, Array]], Array, Array]:
     """``compare_policies`` then ``policy_metrics`` for one stream.
 
@@ -203,7 +286,9 @@ def evaluate_policies(
       ``(metrics, has_relevant bool[T], budgets int32[T])``; jit with
       ``config``, ``policy`` and ``ks`` closed over.
     """
-    rankings = compare_policies(key, stream, config, policy, adaptive)
+    rankings = compare_policies(
+        key, stream, config, policy, adaptive, expand, expand_min_score
+    )
     metrics, has_relevant = policy_metrics(rankings, stream, ks)
     return metrics, has_relevant, rankings["mixed"].calls
 

@@ -26,17 +26,104 @@ CONTRASTS = (
     ("best", "top_similarity"),
     ("best", "mixed"),
     ("best", "semantic"),
+    ("mixed_expand", "mixed"),
+    ("mixed_expand", "top_similarity"),
 )
 """Paired contrasts reported, as (treatment, baseline). DESIGN §3: anchor
 contribution = observed - semantic; completion contribution = mixed - observed
 (and mixed - observed_backfill)."""
 
 
+EXPANSION_ROWS = ("slots_filled", "slots_relevant", "missed_relevant", "slots_recall")
+"""Per-query rows of ``mixed_expand`` that are counts, not ranking metrics
+(besides ``expanded@K`` and ``expanded_relevant@K``)."""
+
+
+def _is_metric(name: str) -> bool:
+    return name not in ("calls", "rounds", *EXPANSION_ROWS) and not name.startswith(
+        "expanded"
+    )
+
+
 def metric_names(metrics: Mapping[str, Mapping[str, np.ndarray]]) -> list[str]:
-    """Ranking metric names (everything but ``calls`` and ``rounds``), in a
-    stable order."""
+    """Ranking metric names (everything but ``calls``, ``rounds`` and the
+    expansion counts), in a stable order."""
     first = metrics.get("semantic", next(iter(metrics.values())))
-    return [name for name in first if name not in ("calls", "rounds")]
+    return [name for name in first if _is_metric(name)]
+
+
+def expansion_summary(
+    metrics: Mapping[str, Mapping[str, np.ndarray]],
+    has_relevant: np.ndarray,
+    *,
+    policy: str = "mixed_expand",
+    clusters: np.ndarray | None = None,
+    num_resamples: int = 2000,
+    seed: int = 0,
+) -> dict | None:
+    """How search expansion behaved (DESIGN §2.8), over the labelled queries.
+
+    For every cut-off ``K`` of the policy's ``expanded@K`` rows:
+    ``expanded_per_query`` (expansion memories in the top K, mean per query),
+    ``queries_with_expanded`` (share of queries with at least one),
+    ``precision`` (relevant ones among them, summed over queries: a ratio of
+    sums) and ``relevant_per_query``. Besides: ``slots_filled`` (eligible
+    memories per query, at most ``E``), ``slot_recall`` (relevant memories in
+    the slots over relevant memories the pool missed: the room expansion can
+    reach), ``slots_recall_bound`` (relevant memories in the slots over all
+    relevant ones, per query: the most Recall@K the slots could add for
+    ``K >= E``, were they ranked perfectly) and ``missed_relevant_per_query``.
+    Each ``{"mean", "ci"}`` with a bootstrap CI over queries (or
+    ``clusters``). ``None`` without ``policy``.
+    """
+    if policy not in metrics:
+        return None
+    row = metrics[policy]
+    where = np.asarray(has_relevant, bool)
+    kwargs = dict(
+        where=where, clusters=clusters, num_resamples=num_resamples, seed=seed
+    )
+    out: dict = {"policy": policy, "queries": int(where.sum())}
+    cutoffs = sorted(
+        int(name.split("@")[1]) for name in row if name.startswith("expanded@")
+    )
+    for k in cutoffs:
+        entered = np.asarray(row[f"expanded@{k}"], float)
+        relevant = np.asarray(row[f"expanded_relevant@{k}"], float)
+        entry = {
+            "expanded_per_query": _interval(stats.mean_ci(entered, **kwargs)),
+            "queries_with_expanded": _interval(
+                stats.mean_ci((entered > 0).astype(float), **kwargs)
+            ),
+            "relevant_per_query": _interval(stats.mean_ci(relevant, **kwargs)),
+            "expanded_total": int(entered[where].sum()),
+            "relevant_total": int(relevant[where].sum()),
+        }
+        entry["precision"] = (
+            _interval(stats.ratio_ci(relevant, entered, **kwargs))
+            if entry["expanded_total"]
+            else {"mean": None, "ci": [None, None]}
+        )
+        out[f"@{k}"] = entry
+    filled = np.asarray(row["slots_filled"], float)
+    slot_relevant = np.asarray(row["slots_relevant"], float)
+    missed = np.asarray(row["missed_relevant"], float)
+    out["slots_filled_per_query"] = _interval(stats.mean_ci(filled, **kwargs))
+    out["slots_recall_bound"] = _interval(
+        stats.mean_ci(np.asarray(row["slots_recall"], float), **kwargs)
+    )
+    out["missed_relevant_per_query"] = _interval(stats.mean_ci(missed, **kwargs))
+    out["slot_recall"] = (
+        _interval(stats.ratio_ci(slot_relevant, missed, **kwargs))
+        if missed[where].sum() > 0
+        else {"mean": None, "ci": [None, None]}
+    )
+    out["slot_precision"] = (
+        _interval(stats.ratio_ci(slot_relevant, filled, **kwargs))
+        if filled[where].sum() > 0
+        else {"mean": None, "ci": [None, None]}
+    )
+    return out
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -197,4 +284,12 @@ def per_group(
     return out
 
 
-__all__ = ["CONTRASTS", "add_cluster_cis", "metric_names", "per_group", "summarize"]
+__all__ = [
+    "CONTRASTS",
+    "EXPANSION_ROWS",
+    "add_cluster_cis",
+    "expansion_summary",
+    "metric_names",
+    "per_group",
+    "summarize",
+]

@@ -341,6 +341,7 @@ def _make_stream(
         insert_time=insert_time,
         num_relevant=num_relevant,
         category=(~is_new).astype(jnp.int32),
+        relevant_memories=is_relevant,
     )
     details = SimDetails(
         need=need,
@@ -400,8 +401,9 @@ def make_streams(
       ``queries`` (``int32/float32/bool[S, T, N]``, candidates in descending
       similarity), ``scores float32[S, T, N]``, ``relevant bool[S, T, N]``,
       ``insert_time int32[S, M]``, ``num_relevant int32[S, T]`` (inserted relevant
-      memories, in the pool or not) and ``category int32[S, T]`` (1 where the
-      query repeats an earlier need, else 0).
+      memories, in the pool or not), ``category int32[S, T]`` (1 where the
+      query repeats an earlier need, else 0) and ``relevant_memories
+      bool[S, T, M]`` (the truth over every memory, for search expansion).
 
     Raises:
       ValueError: for bad sizes or knob shapes (at trace time).

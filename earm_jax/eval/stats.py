@@ -189,6 +189,11 @@ def _recovery(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return (mixed - semantic) / (full - semantic)
 
 
+def _ratio(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    del counts  # a ratio of sums
+    return sums[..., 0] / sums[..., 1]
+
+
 def mean_ci(
     values: ArrayLike,
     *,
@@ -322,4 +327,44 @@ def gain_recovery(
     )
 
 
-__all__ = ["ConfidenceInterval", "contrast_ci", "gain_recovery", "mean_ci"]
+def ratio_ci(
+    numerator: ArrayLike,
+    denominator: ArrayLike,
+    *,
+    where: ArrayLike | None = None,
+    clusters: ArrayLike | None = None,
+    confidence: float = 0.95,
+    num_resamples: int = 2000,
+    method: str = "percentile",
+    seed: int = 0,
+) -> ConfidenceInterval:
+    r"""Bootstrap CI for a ratio of sums, :math:`\sum num / \sum den` (e.g. a
+    micro-averaged precision: relevant items over items, summed over queries).
+
+    NaN where the resampled denominator is 0 (the interval is then NaN: the
+    honest answer). Arguments as for :func:`mean_ci`, with the two per-query
+    arrays paired.
+
+    >>> ci = ratio_ci(np.array([1.0, 0.0, 2.0]), np.array([1.0, 1.0, 2.0]), seed=0)
+    >>> round(ci.estimate, 2)
+    0.75
+    """
+    columns, codes = _prepare((numerator, denominator), where, clusters)
+    return _bootstrap(
+        columns,
+        codes,
+        _ratio,
+        confidence=confidence,
+        num_resamples=num_resamples,
+        method=method,
+        seed=seed,
+    )
+
+
+__all__ = [
+    "ConfidenceInterval",
+    "contrast_ci",
+    "gain_recovery",
+    "mean_ci",
+    "ratio_ci",
+]

@@ -67,6 +67,8 @@ class LocomoJob:
     graded: float = 0.0
     preset: str = "paper"
     call_budget: float = 0.25
+    expand: int = 0
+    expand_min_score: float = 0.0
 
     def validate(self) -> None:
         """Raises ``ValueError`` naming the first bad field."""
@@ -100,6 +102,8 @@ class LocomoJob:
             ks=self.ks,
             preset=self.preset,
             call_budget=self.call_budget,
+            expand=self.expand,
+            expand_min_score=self.expand_min_score,
         )
 
 

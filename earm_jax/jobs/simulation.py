@@ -35,7 +35,9 @@ class SimulationSettings(EarmSettings):
     (``budget_scale`` is traced here, so a budget sweep reuses one program).
     Shapes: ``streams`` (S), ``queries`` (T), ``memories`` (M), ``pool_size`` (N).
     ``knobs``: :class:`~earm_jax.eval.simulate.SimKnobs` values by name (defaults
-    where absent). ``seed`` drives streams and anchors.
+    where absent). ``seed`` drives streams and anchors. ``expand`` (``E``, 0:
+    off) adds the search-expansion policy ``mixed_expand`` with ``E`` slots;
+    ``expand_min_score`` is the completion an outside memory needs for one.
     """
 
     # Measured (8 default streams): 1, 3 and 10 warm-started sweeps per query give
@@ -49,9 +51,13 @@ class SimulationSettings(EarmSettings):
     seed: int = 0
     num_resamples: int = 1000
     knobs: dict[str, float] = dataclasses.field(default_factory=dict)
+    expand: int = 0
+    expand_min_score: float = 0.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not isinstance(self.expand, int) or self.expand < 0:
+            raise ValueError(f"expand must be an int >= 0, got {self.expand!r}")
         for name in ("streams", "queries", "memories", "pool_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -109,7 +115,16 @@ def _compiled_job(shape_json: str) -> Callable:
         keys = jax.random.split(policy_key, settings.streams)
         adaptive = settings.adaptive_config(settings.pool_size)
         return jax.vmap(
-            lambda k, s: evaluate_policies(k, s, config, policy, ks, adaptive)
+            lambda k, s: evaluate_policies(
+                k,
+                s,
+                config,
+                policy,
+                ks,
+                adaptive,
+                settings.expand,
+                settings.expand_min_score,
+            )
         )(keys, streams)
 
     return jax.jit(job)
@@ -170,6 +185,9 @@ def simulation_report(
             metrics, has_relevant, stages, **common
         ).items()
     }
+    expansion = report.expansion_summary(metrics, has_relevant, **common)
+    if expansion is not None:
+        by_query["expansion"] = expansion
     return by_query
 
 

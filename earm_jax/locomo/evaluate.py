@@ -29,9 +29,21 @@ from earm_jax.settings import EarmSettings
 @dataclasses.dataclass(frozen=True)
 class LocomoRunSettings(EarmSettings):
     """Solver and policy settings of one LoCoMo run (recorded in the JSON):
-    :class:`~earm_jax.settings.EarmSettings` and the cut-offs ``ks``."""
+    :class:`~earm_jax.settings.EarmSettings`, the cut-offs ``ks``, ``expand``
+    (the search-expansion slots of policy ``mixed_expand``, 0: off) and
+    ``expand_min_score`` (the completion an outside memory needs for a slot;
+    0 admits any, the scores being clipped into [0, 1])."""
 
     ks: tuple[int, ...] = (10, 20)
+    expand: int = 0
+    expand_min_score: float = 0.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.expand, int) or self.expand < 0:
+            raise ValueError(
+                f"{type(self).__name__}.expand must be an int >= 0, got {self.expand!r}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +111,12 @@ def pad_and_stack(arrays: Sequence[StreamArrays]) -> tuple[Stream, np.ndarray]:
         stacked["num_relevant"].append(pad(a.num_relevant, num_queries, 0))
         stacked["category"].append(pad(a.category, num_queries, 0))
     data = {name: np.stack(values) for name, values in stacked.items()}
+    relevant_memories = None
+    if all(a.relevant_memories is not None for a in arrays):
+        relevant_memories = np.zeros((len(arrays), num_queries, num_memories), bool)
+        for row, a in enumerate(arrays):
+            rows, width = a.relevant_memories.shape
+            relevant_memories[row, :rows, :width] = a.relevant_memories
     streams = Stream(
         queries=Query(
             jnp.asarray(data["candidates"], jnp.int32),
@@ -110,6 +128,9 @@ def pad_and_stack(arrays: Sequence[StreamArrays]) -> tuple[Stream, np.ndarray]:
         insert_time=jnp.asarray(data["insert_time"], jnp.int32),
         num_relevant=jnp.asarray(data["num_relevant"], jnp.int32),
         category=jnp.asarray(data["category"], jnp.int32),
+        relevant_memories=None
+        if relevant_memories is None
+        else jnp.asarray(relevant_memories),
     )
     return streams, real
 
@@ -125,7 +146,16 @@ def _batched_job(config: SolverConfig, run: LocomoRunSettings) -> Callable:
     def job(keys, streams):
         adaptive = run.adaptive_config(config.pool_size)
         return jax.vmap(
-            lambda k, s: evaluate_policies(k, s, config, policy, run.ks, adaptive)
+            lambda k, s: evaluate_policies(
+                k,
+                s,
+                config,
+                policy,
+                run.ks,
+                adaptive,
+                run.expand,
+                run.expand_min_score,
+            )
         )(keys, streams)
 
     return jax.jit(job)
@@ -137,12 +167,19 @@ def _contexts_job(config: SolverConfig, run: LocomoRunSettings, k: int) -> Calla
 
     def contexts(key, stream):
         adaptive = run.adaptive_config(config.pool_size)
-        rankings = compare_policies(key, stream, config, policy, adaptive)
+        rankings = compare_policies(
+            key, stream, config, policy, adaptive, run.expand, run.expand_min_score
+        )
         out = {}
         for name, ranking in rankings.items():
             scores = jnp.where(ranking.eligible, ranking.scores, -jnp.inf)
             top_scores, top = jax.lax.top_k(scores, k)
-            memory = jnp.take_along_axis(stream.queries.candidates, top, axis=-1)
+            rows = (
+                stream.queries.candidates
+                if ranking.memories is None
+                else ranking.memories
+            )
+            memory = jnp.take_along_axis(rows, top, axis=-1)
             out[name] = jnp.where(jnp.isfinite(top_scores), memory, -1)
         return out
 

@@ -14,6 +14,7 @@ CONTRASTS_BY_GROUP = (
     ("mixed", "observed_backfill"),
     ("mixed", "top_similarity"),
     ("mixed", "semantic"),
+    ("mixed_expand", "mixed"),
 )
 
 
@@ -64,6 +65,11 @@ def locomo_summary(
     )
     report.add_cluster_cis(summary, by_conversation, "ci_conversations")
     summary["num_unlabelled_queries"] = int((~has_relevant).sum())
+    expansion = report.expansion_summary(
+        per_query.metrics, has_relevant, num_resamples=num_resamples, seed=seed
+    )
+    if expansion is not None:
+        summary["expansion"] = expansion
     summary["per_category"] = _group_table(
         per_query, per_query.category, num_resamples, seed
     )

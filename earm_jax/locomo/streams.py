@@ -57,6 +57,8 @@ class StreamArrays:
       num_relevant: ``int32[T]`` relevant memories inserted by query ``t``,
         inside the pool or not: the recall denominator (0 = unlabelled query).
       category: ``int32[T]`` LoCoMo category id of each query.
+      relevant_memories: ``bool[T, M]`` gold relevance of every memory row, in
+        the pool or not (labels for search expansion); ``None`` if not built.
     """
 
     candidates: np.ndarray
@@ -67,6 +69,7 @@ class StreamArrays:
     insert_time: np.ndarray
     num_relevant: np.ndarray
     category: np.ndarray
+    relevant_memories: np.ndarray | None = None
 
     def to_stream(self) -> Stream:
         """The :class:`earm_jax.base.Stream` of ``jnp`` arrays."""
@@ -81,6 +84,9 @@ class StreamArrays:
             insert_time=jnp.asarray(self.insert_time, dtype=jnp.int32),
             num_relevant=jnp.asarray(self.num_relevant, dtype=jnp.int32),
             category=jnp.asarray(self.category, dtype=jnp.int32),
+            relevant_memories=None
+            if self.relevant_memories is None
+            else jnp.asarray(self.relevant_memories, dtype=bool),
         )
 
 
@@ -269,6 +275,9 @@ def stream_arrays(
         num_relevant=(truth & inserted).sum(axis=1).astype(np.int32),
         category=np.array(
             [question.category for question in memory_set.queries], dtype=np.int32
+        ),
+        relevant_memories=np.asarray(truth, dtype=bool).reshape(
+            num_queries, num_memories
         ),
     )
 
