@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import earm_jax as ej  # noqa: E402
 from benchmarks import baseline_c45063e, numpy_baseline  # noqa: E402
 from benchmarks._common import metadata, print_table, time_call, write_json  # noqa: E402
+from earm_jax.core import entry_log  # noqa: E402
 from earm_jax.core import model as solver_model  # noqa: E402
 from earm_jax.core.solvers import als as als_solver  # noqa: E402
 from earm_jax.core.solvers import get_solver  # noqa: E402
@@ -159,9 +160,29 @@ PRESETS = {
 # ------------------------------------------------------------------ helpers
 
 
+# The history layout of the current incremental solver (``--layout``): ``rows``
+# (``[Q, K]`` rows) or ``log`` (an entry log sized for the schedule, see
+# ``earm_jax.core.entry_log``), and ``--block-entries`` for the log.
+LAYOUT = {"layout": "rows", "block_entries": 0}
+
+
 def solver_config(
-    name: str, memories: int, pool: int, rank: int, capacity: int, **extra
+    name: str,
+    memories: int,
+    pool: int,
+    rank: int,
+    capacity: int,
+    budget=None,
+    **extra,
 ) -> ej.SolverConfig:
+    """The benchmark's config; ``budget`` (query index -> budget) sizes the log."""
+    if name == "incremental" and LAYOUT["layout"] == "log":
+        budget = budget or ej.paper_policy(pool_size=pool).budget
+        extra = {
+            "entry_capacity": entry_log.entries_needed(budget, capacity, pool),
+            "block_entries": LAYOUT["block_entries"],
+            **extra,
+        }
     return ej.SolverConfig(
         num_memories=memories,
         capacity=capacity,
@@ -306,7 +327,7 @@ def history_state(solver: ej.OnlineSolver, key, num_rows: int, per_row: int):
     config = solver.config
     keys = jax.random.split(key, 5)
     state = solver.init(keys[0])
-    capacity, width = state.obs_index.shape
+    capacity, width = config.capacity, config.max_budget
     memories = config.num_memories
     order = jnp.argsort(jax.random.uniform(keys[1], (num_rows, memories)), axis=1)
     index = order[:, :width].astype(jnp.int32)
@@ -326,12 +347,18 @@ def history_state(solver: ej.OnlineSolver, key, num_rows: int, per_row: int):
             0.1 * jax.random.normal(keys[4], state.query_factors.shape),
             0,
         ),
-        obs_index=index,
-        obs_value=jnp.where(mask, value, 0.0),
-        obs_mask=mask,
         memory_count=count,
         count=jnp.asarray(num_rows, jnp.int32),
     )
+    value = jnp.where(mask, value, 0.0)
+    if config.entry_capacity:
+        state = state._replace(
+            history_log=entry_log.log_from_rows(
+                index, value, mask, config.entry_capacity
+            )
+        )
+    else:
+        state = state._replace(obs_index=index, obs_value=value, obs_mask=mask)
     algorithm = get_solver(config.solver)
     return state._replace(solver_extras=algorithm.extras_from_history(state, config))
 
@@ -352,7 +379,9 @@ def bench_latency(p: dict, log) -> dict:
             if name in stopped:
                 continue
             rng = np.random.default_rng(t)  # the same queries for every solver
-            config = solver_config(name, memories, pool, rank, t + reps + 4)
+            config = solver_config(
+                name, memories, pool, rank, t + reps + 4, policy.budget
+            )
             solver = ej.online_solver(
                 config, baseline_policy if name == BASELINE else policy
             )
@@ -828,8 +857,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--latency-t", type=int, nargs="+", default=None)
     parser.add_argument("--sweep-memories", type=int, nargs="*", default=None)
     parser.add_argument("--sweep-streams", type=int, default=None)
+    parser.add_argument("--layout", choices=["rows", "log"], default="rows")
+    parser.add_argument("--block-entries", type=int, default=0)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
+    LAYOUT.update(layout=args.layout, block_entries=args.block_entries)
     p = dict(PRESETS[args.preset])
     if args.solvers:
         p["solvers"] = args.solvers
@@ -848,7 +880,12 @@ def main(argv: list[str] | None = None) -> dict:
     payload = {
         "benchmark": "bench_solver",
         "meta": metadata(argv if argv is not None else sys.argv[1:]),
-        "config": {"preset": args.preset, "sections": list(args.sections), **p},
+        "config": {
+            "preset": args.preset,
+            "sections": list(args.sections),
+            **p,
+            **LAYOUT,
+        },
     }
     started = time.perf_counter()
     if "throughput" in args.sections:

@@ -44,6 +44,21 @@ class SolverConfig(NamedTuple):
         mixed scores, so no prediction outranks a direct score of 1 (direct
         scores are authoritative; at equal value the direct score ranks first).
         ``StepInfo.completed`` stays unclipped.
+      entry_capacity: ``E`` > 0 stores the history as a log of at most ``E``
+        observations (:mod:`earm_jax.core.entry_log`: memory follows the calls
+        paid) instead of ``Q`` rows of width ``K``; ``solver="incremental"``
+        only. A query whose observations no longer fit is stored without them
+        and counted in ``StepInfo.dropped``;
+        :func:`~earm_jax.core.entry_log.entries_needed` gives an ``E`` that
+        never drops. 0 (default): the row layout.
+      block_entries: with the log, the most history entries one incremental
+        step visits (``>= 2 * max_budget``). 0 (default):
+        ``(refresh_rows + 1) * max_budget``, i.e. the whole block every step,
+        exactly the step of the row layout. Smaller: the round robin visits,
+        of the ``refresh_rows`` earlier rows due, the prefix whose entries fit
+        with the new row's, and resumes at the first row that did not fit (so
+        steps in steady state pay for the anchors stored, not for ``K`` slots
+        per row; no observation is skipped, rows are only revisited later).
     """
 
     num_memories: int
@@ -60,6 +75,8 @@ class SolverConfig(NamedTuple):
     init_scale: float = 0.1
     refresh_rows: int = 8
     clip_completions: bool = True
+    entry_capacity: int = 0
+    block_entries: int = 0
 
 
 class SolverState(NamedTuple):
@@ -73,7 +90,8 @@ class SolverState(NamedTuple):
       query_bias: ``float32[Q]`` :math:`c_t` per query slot.
       query_factors: ``float32[Q, R]`` :math:`v_t` per query slot.
       insert_time: ``int32[M]`` first query index at which each memory exists.
-      obs_index: ``int32[Q, K]`` memory ids observed at each past query.
+      obs_index: ``int32[Q, K]`` memory ids observed at each past query
+        (``[Q, 0]`` when the history is a log: see ``history_log``).
       obs_value: ``float32[Q, K]`` their direct scores.
       obs_mask: ``bool[Q, K]`` which entries of a row hold an observation.
       memory_count: ``int32[M]`` observations of each memory in the history.
@@ -82,6 +100,10 @@ class SolverState(NamedTuple):
         :class:`~earm_jax.core.solvers.incremental.IncrementalStats` for
         ``"incremental"``; each algorithm's own NamedTuple, see
         :mod:`earm_jax.core.solvers`).
+      history_log: ``()`` in the row layout; with
+        ``SolverConfig.entry_capacity > 0`` the history's
+        :class:`~earm_jax.core.entry_log.EntryLog` (then the ``obs_*`` rows
+        have width 0; :func:`~earm_jax.core.entry_log.rows_view` gives rows).
     """
 
     global_mean: Array
@@ -96,6 +118,7 @@ class SolverState(NamedTuple):
     memory_count: Array
     count: Array
     solver_extras: Any = ()
+    history_log: Any = ()
 
 
 class Parameters(NamedTuple):
@@ -160,6 +183,32 @@ def validate_config(config: SolverConfig) -> None:
         value = getattr(config, name)
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"SolverConfig.{name} must be an int >= 0, got {value!r}")
+    for name in ("entry_capacity", "block_entries"):
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"SolverConfig.{name} must be an int >= 0, got {value!r}")
+    if config.entry_capacity and config.solver != "incremental":
+        raise ValueError(
+            f"SolverConfig.entry_capacity={config.entry_capacity} (the history as a "
+            f"log) is supported by solver='incremental' only, got "
+            f"solver={config.solver!r}; use entry_capacity=0 (rows)"
+        )
+    if config.entry_capacity and config.entry_capacity < config.max_budget:
+        raise ValueError(
+            f"SolverConfig.entry_capacity={config.entry_capacity} is smaller than "
+            f"max_budget={config.max_budget}: the log must hold one full query"
+        )
+    if config.block_entries and not config.entry_capacity:
+        raise ValueError(
+            f"SolverConfig.block_entries={config.block_entries} needs the log "
+            "layout (entry_capacity > 0)"
+        )
+    if config.block_entries and config.block_entries < 2 * config.max_budget:
+        raise ValueError(
+            f"SolverConfig.block_entries={config.block_entries} is below "
+            f"2 * max_budget={2 * config.max_budget}: a step must fit the new row "
+            "and one earlier row, or the round robin could stall"
+        )
     if config.tolerance < 0:
         raise ValueError(
             f"SolverConfig.tolerance must be >= 0, got {config.tolerance!r}"

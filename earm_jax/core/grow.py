@@ -14,6 +14,7 @@ import jax.numpy as jnp
 
 from earm_jax.base import NOT_INSERTED
 from earm_jax.core.config import SolverConfig, SolverState
+from earm_jax.core.entry_log import EntryLog
 from earm_jax.core.padding import pad
 from earm_jax.core.solvers import get_solver
 from earm_jax.types import PRNGKey
@@ -25,6 +26,7 @@ def grow_state(
     key: PRNGKey,
     num_memories: int | None = None,
     capacity: int | None = None,
+    entry_capacity: int | None = None,
 ) -> tuple[SolverState, SolverConfig]:
     """Pads ``state`` to ``num_memories`` memory rows and ``capacity`` query slots.
 
@@ -34,6 +36,8 @@ def grow_state(
       key: PRNG key for the random initial factors of the new memory rows.
       num_memories: new ``M`` (``>= config.num_memories``); ``None`` keeps it.
       capacity: new ``Q`` (``>= config.capacity``); ``None`` keeps it.
+      entry_capacity: new ``E`` of a log-layout history
+        (``>= config.entry_capacity``); ``None`` keeps it.
 
     Returns:
       ``(grown state, grown config)``. Rebuild the solver with the new config.
@@ -48,6 +52,24 @@ def grow_state(
     if capacity < config.capacity:
         raise ValueError(
             f"capacity={capacity} is smaller than the state's {config.capacity}"
+        )
+    entry_capacity = config.entry_capacity if entry_capacity is None else entry_capacity
+    if entry_capacity < config.entry_capacity or (
+        entry_capacity and not config.entry_capacity
+    ):
+        raise ValueError(
+            f"entry_capacity={entry_capacity} cannot replace the state's "
+            f"{config.entry_capacity} (a log only grows; rows stay rows)"
+        )
+    history_log = state.history_log
+    if isinstance(history_log, EntryLog):
+        size = entry_capacity + config.max_budget
+        history_log = EntryLog(
+            entry_memory=pad(history_log.entry_memory, size),
+            entry_value=pad(history_log.entry_value, size),
+            query_start=pad(history_log.query_start, capacity),
+            query_length=pad(history_log.query_length, capacity),
+            num_entries=history_log.num_entries,
         )
     extra = num_memories - config.num_memories
     new_factors = config.init_scale * jax.random.normal(
@@ -68,8 +90,11 @@ def grow_state(
         solver_extras=get_solver(config.solver).grow_extras(
             state.solver_extras, num_memories, capacity
         ),
+        history_log=history_log,
     )
-    return grown, config._replace(num_memories=num_memories, capacity=capacity)
+    return grown, config._replace(
+        num_memories=num_memories, capacity=capacity, entry_capacity=entry_capacity
+    )
 
 
 __all__ = ["NOT_INSERTED", "grow_state"]

@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 
 from earm_jax.base import Observation, Policy, Query, StepInfo
+from earm_jax.core import entry_log
 from earm_jax.core.config import (
     OnlineSolver,
     Parameters,
@@ -81,6 +82,9 @@ def online_solver(config: SolverConfig, policy: Policy) -> OnlineSolver:
         )
     num_memories, capacity = config.num_memories, config.capacity
     max_budget, rank = config.max_budget, config.rank
+    # The log layout keeps no rows: width 0 (entry_log holds the history).
+    uses_log = config.entry_capacity > 0
+    row_width = 0 if uses_log else max_budget
 
     def init(key: PRNGKey, insert_time: ArrayLike | None = None) -> SolverState:
         if insert_time is None:
@@ -106,12 +110,17 @@ def online_solver(config: SolverConfig, policy: Policy) -> OnlineSolver:
         return SolverState(
             *params,
             insert_time=jnp.asarray(insert_time, jnp.int32),
-            obs_index=jnp.zeros((capacity, max_budget), jnp.int32),
-            obs_value=jnp.zeros((capacity, max_budget), jnp.float32),
-            obs_mask=jnp.zeros((capacity, max_budget), bool),
+            obs_index=jnp.zeros((capacity, row_width), jnp.int32),
+            obs_value=jnp.zeros((capacity, row_width), jnp.float32),
+            obs_mask=jnp.zeros((capacity, row_width), bool),
             memory_count=jnp.zeros((num_memories,), jnp.int32),
             count=jnp.zeros((), jnp.int32),
             solver_extras=extras,
+            history_log=(
+                entry_log.init_log(capacity, config.entry_capacity, max_budget)
+                if uses_log
+                else ()
+            ),
         )
 
     def budget_of(state: SolverState) -> Array:
@@ -154,12 +163,34 @@ def online_solver(config: SolverConfig, policy: Policy) -> OnlineSolver:
         shown = jnp.nextafter(shown, -jnp.inf)
         scores = mixed_scores(shown, values, observed, usable)
 
-        # 3. The anchors join the history (compressed to a row of width K).
+        # 3. The anchors join the history (compressed to a row of width K; in
+        # the log layout, its observed prefix becomes the query's entries).
         order = jnp.argsort(~observed, stable=True)[:max_budget]
         row_mask = observed[order]
         has_room = state.count < capacity
-        stored = row_mask & has_room
         slot = state.count
+        if uses_log:
+            history_log, stored = entry_log.append_query(
+                state.history_log,
+                slot,
+                query.candidates[order],
+                values[order],
+                row_mask,
+                max_budget,
+            )
+            obs_index, obs_value, obs_mask = (
+                state.obs_index,
+                state.obs_value,
+                state.obs_mask,
+            )  # width 0: nothing to write
+        else:
+            history_log = state.history_log
+            stored = row_mask & has_room
+            obs_index = state.obs_index.at[slot].set(
+                query.candidates[order], mode="drop"
+            )
+            obs_value = state.obs_value.at[slot].set(values[order], mode="drop")
+            obs_mask = state.obs_mask.at[slot].set(stored, mode="drop")
         new_state = SolverState(
             global_mean=params.global_mean,
             memory_bias=params.memory_bias,
@@ -167,16 +198,15 @@ def online_solver(config: SolverConfig, policy: Policy) -> OnlineSolver:
             query_bias=params.query_bias.at[slot].set(query_bias, mode="drop"),
             query_factors=params.query_factors.at[slot].set(query_factors, mode="drop"),
             insert_time=state.insert_time,
-            obs_index=state.obs_index.at[slot].set(
-                query.candidates[order], mode="drop"
-            ),
-            obs_value=state.obs_value.at[slot].set(values[order], mode="drop"),
-            obs_mask=state.obs_mask.at[slot].set(stored, mode="drop"),
+            obs_index=obs_index,
+            obs_value=obs_value,
+            obs_mask=obs_mask,
             memory_count=state.memory_count.at[query.candidates[order]].add(
                 stored.astype(jnp.int32)
             ),
             count=state.count + 1,
             solver_extras=extras,
+            history_log=history_log,
         )
         # 4. The algorithm's own work once the row exists (e.g. an incremental
         # sweep); nothing for algorithms that fit in ``refit``.

@@ -60,7 +60,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from earm_jax.core import linalg
+from earm_jax.core import entry_log, linalg
 from earm_jax.core.config import Parameters, SolverConfig, SolverState
 from earm_jax.core.padding import pad
 from earm_jax.core.solvers.base import SolverAlgorithm, no_refit
@@ -212,7 +212,11 @@ def _solve_batch_last(gram_t: Array, rhs_t: Array, l2: float) -> Array:
 
 
 def update(
-    state: SolverState, l2: float, num_refresh: int, dense: bool | None = None
+    state: SolverState,
+    l2: float,
+    num_refresh: int,
+    dense: bool | None = None,
+    row_width: int | None = None,
 ) -> SolverState:
     """One bounded ALS sweep after a query's row was stored (see the module doc).
 
@@ -237,25 +241,39 @@ def update(
       num_refresh: earlier rows re-solved per query (static).
       dense: solve all memories, masked (``True``), or the gathered entries
         (``False``); ``None`` picks ``M <= 2 W K`` (static).
+      row_width: ``K`` (static), needed when the history is an
+        :class:`~earm_jax.core.entry_log.EntryLog`: the block's rows are then
+        gathered from the log as rows of width ``K`` (the same arithmetic as
+        the row layout; :func:`update_from_log` pays per entry instead).
 
     Returns:
       The state with the block's query parameters, the touched memories'
       parameters, the mean and the statistics updated.
     """
+    log = state.history_log
     stats: IncrementalStats = state.solver_extras
-    capacity, width = state.obs_index.shape
+    capacity = state.query_bias.shape[0]
+    # Reads of the history after the new row's write (see take_rows).
+    rows, valid, in_stats, next_cursor = refresh_rows(
+        state.count, stats.cursor, capacity, num_refresh
+    )
+    if isinstance(log, entry_log.EntryLog):
+        # The log's entries of the block's rows, as rows of width K.
+        if row_width is None:
+            raise ValueError("a state with an EntryLog needs update(..., row_width=K)")
+        width = row_width
+        index, value, mask = entry_log.gather_rows(log, rows, width)
+    else:
+        width = state.obs_index.shape[1]
+        index = take_rows(state.obs_index, rows, unroll=True)  # [W, K]
+        value = take_rows(state.obs_value, rows, unroll=True)
+        mask = take_rows(state.obs_mask, rows, unroll=True)
+    mask = mask & valid[:, None]
     num_memories, rank = state.memory_factors.shape
     block = num_refresh + 1
     if dense is None:
         dense = num_memories <= _DENSE_FACTOR * block * width
     hi = jax.lax.Precision.HIGHEST
-    # Reads of the history after the new row's write (see take_rows).
-    rows, valid, in_stats, next_cursor = refresh_rows(
-        state.count, stats.cursor, capacity, num_refresh
-    )
-    index = take_rows(state.obs_index, rows, unroll=True)  # [W, K]
-    value = take_rows(state.obs_value, rows, unroll=True)
-    mask = take_rows(state.obs_mask, rows, unroll=True) & valid[:, None]
     old_bias = take_rows(state.query_bias, rows, unroll=True)
     old_factors = take_rows(state.query_factors, rows)
     mean = state.global_mean
@@ -351,6 +369,172 @@ def update(
     )
 
 
+def block_entries_of_log(
+    log: entry_log.EntryLog,
+    rows: Array,
+    valid: Array,
+    block_entries: int,
+) -> tuple[Array, Array, Array, Array, Array]:
+    """The entries of the block's rows, compacted into ``block_entries`` slots.
+
+    Row 0 (the new query) always fits (``block_entries >= 2 K``); of the
+    earlier rows, the prefix whose entries fit after it is visited, the rest
+    waits for a later step.
+
+    Returns:
+      ``(visited bool[W], entry_row int32[B], entry_memory int32[B],
+      entry_value float32[B], entry_mask bool[B])`` with ``B = block_entries``;
+      ``entry_row`` is the block row of each entry.
+    """
+    start, length = entry_log.query_spans(log, rows)
+    length = jnp.where(valid, length, 0)
+    visited = valid & (jnp.cumsum(length) <= block_entries)
+    length = jnp.where(visited, length, 0)
+    end = jnp.cumsum(length)  # inclusive
+    begin = end - length
+    position = jnp.arange(block_entries, dtype=jnp.int32)
+    # The block row of entry p: the number of rows that end at or before it.
+    entry_row = jnp.sum(end[None, :] <= position[:, None], axis=1)
+    entry_row = jnp.minimum(entry_row, rows.shape[0] - 1).astype(jnp.int32)
+    entry_mask = position < end[-1]
+    source = jnp.where(entry_mask, start[entry_row] + position - begin[entry_row], 0)
+    entry_memory = jnp.where(entry_mask, log.entry_memory[source], 0)
+    entry_value = jnp.where(entry_mask, log.entry_value[source], 0.0)
+    return visited, entry_row, entry_memory, entry_value, entry_mask
+
+
+def update_from_log(
+    state: SolverState,
+    l2: float,
+    num_refresh: int,
+    row_width: int,
+    block_entries: int = 0,
+    dense: bool | None = None,
+) -> SolverState:
+    """:func:`update` for a history kept as an :class:`~.entry_log.EntryLog`.
+
+    The same sweep (the same rows, solves and statistics' change), over the
+    block's entries read from the log and compacted into ``block_entries``
+    slots (default ``W K``: every row of the block, as :func:`update`), so its
+    cost follows the entries the block holds: the query solves are sums over
+    the entries, the statistics move by ``B`` scalar scatters and a
+    contraction over the ``W`` rows (as :func:`update`), and the memory solves
+    run over the ``B`` gathered entries, or densely over ``M`` (masked) while
+    ``M <= 2 B`` (there the dense solve is the cheaper one). With a
+    smaller ``block_entries`` the earlier rows that do not fit are left for
+    the next step (the cursor stops at the first of them).
+
+    Args:
+      state: as for :func:`update`, with ``history_log`` an ``EntryLog``.
+      l2: the ridge penalty.
+      num_refresh: earlier rows re-solved per query (static).
+      row_width: ``K`` (``max_budget``, static).
+      block_entries: entry slots per step (static); 0 gives ``W K``.
+      dense: solve all memories, masked (``True``), or the gathered entries
+        (``False``); ``None`` picks ``M <= 2 block_entries`` (static).
+    """
+    stats: IncrementalStats = state.solver_extras
+    log: entry_log.EntryLog = state.history_log
+    capacity = log.query_start.shape[0]
+    num_memories = state.memory_factors.shape[0]
+    block = num_refresh + 1
+    block_entries = block_entries or block * row_width
+    if dense is None:
+        dense = num_memories <= _DENSE_FACTOR * block_entries
+    hi = jax.lax.Precision.HIGHEST
+    # Reads of the history after the new entries' write (see take_rows).
+    rows, valid, in_stats, _ = refresh_rows(
+        state.count, stats.cursor, capacity, num_refresh
+    )
+    visited, entry_row, index, value, mask = block_entries_of_log(
+        log, rows, valid, block_entries
+    )
+    in_stats = in_stats & visited
+    # The cursor moves past the visited earlier rows (all of them: as update).
+    earlier = jnp.maximum(jnp.clip(state.count - 1, 0, capacity), 1)
+    advance = jnp.where(
+        jnp.all(visited | ~valid), num_refresh, jnp.sum(visited[1:])
+    ).astype(jnp.int32)
+    next_cursor = (stats.cursor + advance) % earlier
+    old_bias = take_rows(state.query_bias, rows, unroll=True)
+    old_factors = take_rows(state.query_factors, rows)
+    mean = state.global_mean
+    entry = mask.astype(jnp.float32)
+    membership = (
+        entry_row[:, None] == jnp.arange(block, dtype=jnp.int32)[None, :]
+    ).astype(jnp.float32) * entry[:, None]  # [B, W]
+
+    # 1. Queries of the block, exactly, against the current memories.
+    features = linalg.with_intercept(state.memory_factors[index]) * entry[:, None]
+    targets = jnp.where(mask, value - mean - state.memory_bias[index], 0.0)
+    weighted = features[:, :, None] * membership[:, None, :]  # [B, D, W]
+    gram_q = jnp.einsum("bdw,be->dew", weighted, features, precision=hi)
+    rhs_q = jnp.einsum("bdw,b->dw", weighted, targets, precision=hi)
+    solution = _solve_batch_last(gram_q, rhs_q, l2)  # [D, W]
+    new_bias = jnp.where(visited, solution[0], old_bias)
+    new_factors = jnp.where(visited[:, None], solution[1:].T, old_factors)
+
+    # Per-row coefficients of the statistics' change, as in update.
+    keep_old = in_stats.astype(jnp.float32)[:, None]
+    x_old_full = linalg.with_intercept(old_factors)
+    x_old = x_old_full * keep_old  # [W, D]
+    x_new = linalg.with_intercept(new_factors)
+    outer = (
+        x_new[:, :, None] * x_new[:, None, :]
+        - x_old[:, :, None] * x_old_full[:, None, :]
+    )  # [W, D, D]
+    per_value = x_new - x_old
+    per_entry = old_bias[:, None] * x_old - new_bias[:, None] * x_new
+    ids = jnp.where(mask, index, num_memories)  # masked: dropped
+    old_coefficients = jnp.concatenate(
+        [state.memory_bias[None], state.memory_factors.T]
+    )  # [D, M]
+    # The statistics move as scalars (B scalar scatters, one contraction over
+    # the W rows), as in update's dense path.
+    zeros = jnp.zeros((block, num_memories), jnp.float32)
+    counts = zeros.at[entry_row, ids].add(entry, mode="drop")  # A [W, M]
+    sums = zeros.at[entry_row, ids].add(value * entry, mode="drop")  # B
+    gram = stats.gram_memory_last + jnp.einsum(
+        "wde,wm->dem", outer, counts, precision=hi
+    )
+    rhs = (
+        stats.rhs_memory_last
+        + jnp.einsum("wd,wm->dm", per_entry, counts, precision=hi)
+        + jnp.einsum("wd,wm->dm", per_value, sums, precision=hi)
+    )
+
+    # 2. Every memory the block touches, exactly: one fused solve (batch last),
+    # over all M kept where touched, or over the block's gathered entries.
+    if dense:
+        touched = jnp.sum(counts, axis=0) > 0.5
+        weights = _solve_batch_last(gram, rhs - mean * gram[0], l2)  # [D, M]
+        coefficients = jnp.where(touched, weights, old_coefficients)
+    else:
+        gram_m = gram[:, :, index]  # [D, D, B]
+        weights = _solve_batch_last(gram_m, rhs[:, index] - mean * gram_m[0], l2)
+        # Duplicated ids carry bitwise-identical solutions: the scatter is exact.
+        coefficients = old_coefficients.at[:, ids].set(weights, mode="drop")
+    memory_bias = coefficients[0]
+    memory_factors = coefficients[1:].T
+
+    # 3. The mean, exactly, from the statistics.
+    num_observed = jnp.sum(gram[0, 0])
+    total = jnp.sum(rhs[0]) - jnp.sum(coefficients * gram[0])
+    mean = jnp.where(num_observed > 0.5, total / jnp.maximum(num_observed, 1.0), mean)
+
+    write_rows = jnp.where(visited, rows, capacity)
+    return state._replace(
+        global_mean=mean,
+        memory_bias=memory_bias,
+        memory_factors=memory_factors,
+        query_bias=put_rows(state.query_bias, write_rows, new_bias, unroll=True),
+        query_factors=put_rows(
+            state.query_factors, write_rows, new_factors, unroll=True
+        ),
+        solver_extras=IncrementalStats(gram, rhs, next_cursor),
+    )
+
+
 def history_stats(state: SolverState) -> IncrementalStats:
     """Recomputes the statistics from a state's whole history (``O(Q K r^2)``).
 
@@ -358,14 +542,20 @@ def history_stats(state: SolverState) -> IncrementalStats:
     start the incremental solver from a state another solver produced. The
     cursor is kept from ``state.solver_extras`` when it holds one, else 0.
     """
-    capacity, width = state.obs_index.shape
     num_memories = state.memory_bias.shape[0]
-    rows = jnp.arange(capacity) < state.count
-    mask = (state.obs_mask & rows[:, None]).reshape(-1)
-    features = jnp.repeat(linalg.with_intercept(state.query_factors), width, axis=0)
-    targets = (state.obs_value - state.query_bias[:, None]).reshape(-1)
+    if isinstance(state.history_log, entry_log.EntryLog):
+        query, memory, value, mask = entry_log.entries(state.history_log, state.count)
+    else:
+        capacity, width = state.obs_index.shape
+        rows = jnp.arange(capacity) < state.count
+        mask = (state.obs_mask & rows[:, None]).reshape(-1)
+        query = jnp.repeat(jnp.arange(capacity), width)
+        memory = state.obs_index.reshape(-1)
+        value = state.obs_value.reshape(-1)
+    features = linalg.with_intercept(state.query_factors)[query]
+    targets = value - state.query_bias[query]
     gram, rhs = linalg.segment_normal_equations(
-        features, targets, mask, state.obs_index.reshape(-1), num_memories
+        features, targets, mask, memory, num_memories
     )
     extras = state.solver_extras
     cursor = (
@@ -381,7 +571,16 @@ def _init_extras(config: SolverConfig, params: Parameters) -> IncrementalStats:
 
 
 def _update(state: SolverState, config: SolverConfig) -> SolverState:
-    return update(state, config.l2, config.refresh_rows)
+    if config.block_entries:
+        return update_from_log(
+            state,
+            config.l2,
+            config.refresh_rows,
+            config.max_budget,
+            config.block_entries,
+        )
+    row_width = config.max_budget if config.entry_capacity else None
+    return update(state, config.l2, config.refresh_rows, row_width=row_width)
 
 
 def _grow_extras(
@@ -414,5 +613,7 @@ __all__ = [
     "init_stats",
     "refresh_rows",
     "small_ridge_solve",
+    "block_entries_of_log",
     "update",
+    "update_from_log",
 ]
