@@ -10,6 +10,7 @@ retriever's state; ``":memory:"`` gives a throwaway cache.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sqlite3
 import threading
@@ -102,7 +103,8 @@ class ScoreCache:
         memories: Sequence[str],
         scores: Sequence[PairScore],
     ) -> int:
-        """Stores the successful scores among ``scores``; returns how many."""
+        """Stores the successful, valid scores among ``scores`` (finite, in
+        [0, 1]); returns how many."""
         if len(memories) != len(scores):
             raise ValueError(f"{len(memories)} memories but {len(scores)} scores")
         now = time.time()
@@ -118,7 +120,7 @@ class ScoreCache:
                 now,
             )
             for memory, score in zip(memories, scores, strict=True)
-            if score.ok and score.value is not None
+            if _checked(score).ok
         ]
         if rows:
             with self._lock:
@@ -155,6 +157,19 @@ class ScoreCache:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _checked(score: PairScore) -> PairScore:
+    """A success whose value is not a finite number in [0, 1] becomes a counted
+    failure (never cached, never replaced by a made-up score)."""
+    if not score.ok:
+        return score
+    value = score.value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return PairScore.failure(f"invalid score: {value!r}")
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        return PairScore.failure(f"invalid score: {value!r}")
+    return score
 
 
 @dataclasses.dataclass
@@ -217,7 +232,12 @@ class CachedScorer:
         ):
             if not missing:
                 continue
-            scores = next(fresh)
+            scores = [_checked(score) for score in next(fresh)]
+            if len(scores) != len(missing):
+                raise RuntimeError(
+                    f"inner scorer returned {len(scores)} scores for "
+                    f"{len(missing)} memories"
+                )
             self.cache.put_many(identity, query, missing, scores)
             by_memory = dict(zip(missing, scores, strict=True))
             for index, memory in enumerate(memories):

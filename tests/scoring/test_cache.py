@@ -122,6 +122,41 @@ def test_cached_scorer_sends_only_uncached_pairs_and_never_caches_failures():
         assert inner.sent == []
 
 
+class GarbageScorer(CountingScorer):
+    """Answers NaN, inf, out-of-range and non-numeric values for some memories."""
+
+    VALUES = {"nan": float("nan"), "inf": float("inf"), "big": 1.5, "neg": -0.1}
+
+    def score_many(self, requests):
+        results = []
+        for query, memories in requests:
+            self.sent.append((query, list(memories)))
+            results.append(
+                [
+                    PairScore(value=self.VALUES.get(m, 0.5), ok=True)
+                    if m != "text"
+                    else PairScore(value="0.5", ok=True)  # type: ignore[arg-type]
+                    for m in memories
+                ]
+            )
+        return results
+
+
+def test_cached_scorer_turns_garbage_into_counted_failures_never_cached():
+    inner = GarbageScorer()
+    memories = ["nan", "inf", "big", "neg", "text", "fine"]
+    with ScoreCache() as cache:
+        scorer = CachedScorer(inner, cache)
+        first = scorer.score("q", memories)
+        assert [s.ok for s in first] == [False] * 5 + [True]
+        assert all(s.reason.startswith("invalid score") for s in first[:5])
+        assert first[5].value == 0.5
+        assert len(cache) == 1  # only the valid score was stored
+        inner.sent.clear()
+        scorer.score("q", memories)
+        assert inner.sent == [("q", memories[:5])]  # garbage is asked again
+
+
 def test_replay_from_cache_and_jsonl_fails_unknown_pairs(tmp_path):
     inner = CountingScorer()
     with ScoreCache() as cache:
