@@ -49,7 +49,14 @@ from earm_jax.core.config import (
     check_query,
     validate_config,
 )
-from earm_jax.core.model import fold_in, mixed_scores, parameters, predict
+from earm_jax.core.model import (
+    fold_in,
+    fold_in_with_similarity,
+    mixed_scores,
+    parameters,
+    predict,
+    standardised_similarity,
+)
 from earm_jax.core.solvers import get_solver
 from earm_jax.types import Array, ArrayLike, PRNGKey
 
@@ -151,12 +158,31 @@ def online_solver(config: SolverConfig, policy: Policy) -> OnlineSolver:
         # 1. Refit on queries < t (the history does not hold row t yet).
         params, extras = refit(state)
         # 2. Fold in query t from its anchors alone.
-        query_bias, query_factors = fold_in(
-            params, state.memory_count, query.candidates, values, observed, config.l2
-        )
+        if config.similarity_covariate:
+            covariate = standardised_similarity(query.similarity, usable)
+            query_bias, query_factors, weight = fold_in_with_similarity(
+                params,
+                state.memory_count,
+                query.candidates,
+                values,
+                observed,
+                covariate,
+                config.l2,
+            )
+        else:
+            query_bias, query_factors = fold_in(
+                params,
+                state.memory_count,
+                query.candidates,
+                values,
+                observed,
+                config.l2,
+            )
         completed = predict(
             params, state.memory_count, query.candidates, query_bias, query_factors
         )
+        if config.similarity_covariate:
+            completed = completed + weight * covariate
         completed = jnp.where(usable, completed, 0.0)
         shown = jnp.clip(completed, 0.0, 1.0) if config.clip_completions else completed
         # One ulp below: at equal value the direct score outranks the completion.
