@@ -211,6 +211,27 @@ def _solve_batch_last(gram_t: Array, rhs_t: Array, l2: float) -> Array:
     return solution.T
 
 
+def _finish(
+    state, coefficients, gram, rhs, mean, write_rows, new_bias, new_factors, cursor
+):
+    """The end of both steps: the exact mean from the statistics (unseen
+    memories have G = 0), then the block's query parameters and the new
+    memory coefficients written back."""
+    num_observed = jnp.sum(gram[0, 0])
+    total = jnp.sum(rhs[0]) - jnp.sum(coefficients * gram[0])
+    mean = jnp.where(num_observed > 0.5, total / jnp.maximum(num_observed, 1.0), mean)
+    return state._replace(
+        global_mean=mean,
+        memory_bias=coefficients[0],
+        memory_factors=coefficients[1:].T,
+        query_bias=put_rows(state.query_bias, write_rows, new_bias, unroll=True),
+        query_factors=put_rows(
+            state.query_factors, write_rows, new_factors, unroll=True
+        ),
+        solver_extras=IncrementalStats(gram, rhs, cursor),
+    )
+
+
 def update(
     state: SolverState,
     l2: float,
@@ -346,26 +367,19 @@ def update(
         weights = _solve_batch_last(gram_m, rhs[:, gather_ids] - mean * gram_m[0], l2)
         # Duplicated ids carry bitwise-identical solutions: the scatter is exact.
         coefficients = old_coefficients.at[:, ids].set(weights, mode="drop")
-    memory_bias = coefficients[0]
-    memory_factors = coefficients[1:].T
-
-    # 3. The mean, exactly, from the statistics (unseen memories have G = 0).
-    num_observed = jnp.sum(gram[0, 0])
-    total = jnp.sum(rhs[0]) - jnp.sum(coefficients * gram[0])
-    mean = jnp.where(num_observed > 0.5, total / jnp.maximum(num_observed, 1.0), mean)
-
     # A dropped newest row (history full) was clipped onto a real row: write
     # only valid rows, so no two writes ever target one slot.
     write_rows = jnp.where(valid, rows, capacity)
-    return state._replace(
-        global_mean=mean,
-        memory_bias=memory_bias,
-        memory_factors=memory_factors,
-        query_bias=put_rows(state.query_bias, write_rows, new_bias, unroll=True),
-        query_factors=put_rows(
-            state.query_factors, write_rows, new_factors, unroll=True
-        ),
-        solver_extras=IncrementalStats(gram, rhs, next_cursor),
+    return _finish(
+        state,
+        coefficients,
+        gram,
+        rhs,
+        mean,
+        write_rows,
+        new_bias,
+        new_factors,
+        next_cursor,
     )
 
 
@@ -514,24 +528,17 @@ def update_from_log(
         weights = _solve_batch_last(gram_m, rhs[:, index] - mean * gram_m[0], l2)
         # Duplicated ids carry bitwise-identical solutions: the scatter is exact.
         coefficients = old_coefficients.at[:, ids].set(weights, mode="drop")
-    memory_bias = coefficients[0]
-    memory_factors = coefficients[1:].T
-
-    # 3. The mean, exactly, from the statistics.
-    num_observed = jnp.sum(gram[0, 0])
-    total = jnp.sum(rhs[0]) - jnp.sum(coefficients * gram[0])
-    mean = jnp.where(num_observed > 0.5, total / jnp.maximum(num_observed, 1.0), mean)
-
     write_rows = jnp.where(visited, rows, capacity)
-    return state._replace(
-        global_mean=mean,
-        memory_bias=memory_bias,
-        memory_factors=memory_factors,
-        query_bias=put_rows(state.query_bias, write_rows, new_bias, unroll=True),
-        query_factors=put_rows(
-            state.query_factors, write_rows, new_factors, unroll=True
-        ),
-        solver_extras=IncrementalStats(gram, rhs, next_cursor),
+    return _finish(
+        state,
+        coefficients,
+        gram,
+        rhs,
+        mean,
+        write_rows,
+        new_bias,
+        new_factors,
+        next_cursor,
     )
 
 
