@@ -15,6 +15,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from adaptive_locomo import run_best  # noqa: E402  (same directory)
 
 from earm_jax.eval import stats
 from earm_jax.eval.compare import anchors_first, usable_mask
@@ -39,9 +40,7 @@ def main(overrides: dict, budget: float = 0.25, streams: int = 16) -> dict:
     sim = jnp.where(usable, batch.queries.similarity, -jnp.inf)
     cfg = ad.AdaptiveConfig(pool_size=config.pool_size, call_budget=budget, **overrides)
     policy = ad.adaptive_policy(cfg)
-    _, info = jax.jit(jax.vmap(lambda q, s, u: ad.run_adaptive(policy, q, s, u)))(
-        batch.queries, batch.scores, usable
-    )
+    _, info = run_best(policy, batch, usable)
     ranks = {
         "semantic": sim,
         "full": jnp.where(usable, batch.scores, -jnp.inf),

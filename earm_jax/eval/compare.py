@@ -40,6 +40,7 @@ from earm_jax.core.online import online_solver
 from earm_jax.core.run import run
 from earm_jax.eval.metrics import ranking_metrics, ranking_positions
 from earm_jax.policies.adaptive import AdaptiveConfig, adaptive_policy, run_adaptive
+from earm_jax.policies.adaptive_history import run_adaptive_with_history
 from earm_jax.policies.anchors import top_similarity_anchors
 from earm_jax.types import Array, ArrayLike, PRNGKey
 
@@ -120,8 +121,9 @@ def compare_policies(
         (Top-similarity uses the same budget schedule, with top-similarity anchors).
       adaptive: when given, an eighth policy ``"best"``: the adaptive multi-round
         policy under its hard call budget
-        (:mod:`earm_jax.policies.adaptive`); its ranking's ``rounds`` field
-        holds the rounds per query.
+        (:mod:`earm_jax.policies.adaptive`; with ``unscored_order="learned"`` it
+        runs beside a solver of ``config``, :mod:`~earm_jax.policies.adaptive_history`);
+        its ranking's ``rounds`` field holds the rounds per query.
       expand: ``E`` expansion slots (a Python int); ``> 0`` adds the policy
         ``"mixed_expand"`` (needs ``stream.relevant_memories``).
       expand_min_score: an outside memory takes a slot only with a completion
@@ -184,9 +186,25 @@ def compare_policies(
     observed_scores = jnp.where(anchors, answers, -jnp.inf)
     extra = {}
     if adaptive is not None:
-        _, best = run_adaptive(
-            adaptive_policy(adaptive), stream.queries, answers, usable
-        )
+        best_policy = adaptive_policy(adaptive)
+        if adaptive.unscored_order == "learned":
+            # The experience matrix beside the policy: the same solver settings
+            # as Mixed, with rows wide enough for what one query may pay.
+            history_solver = online_solver(
+                config._replace(max_budget=config.pool_size),
+                policy,
+            )
+            _, best = run_adaptive_with_history(
+                best_policy,
+                history_solver,
+                key,
+                stream.queries,
+                answers,
+                stream.insert_time,
+                usable,
+            )
+        else:
+            _, best = run_adaptive(best_policy, stream.queries, answers, usable)
         extra["best"] = PolicyRanking(best.scores, usable, best.calls, best.rounds)
     return (
         extra

@@ -56,6 +56,16 @@ relevant memory's 0.4 is still worth more than an unscored guess).
 ``merge="evidence"`` sinks every answer with likelihood ratio <= 1 (equal on a
 near-binary scorer, 0.03 Recall@10 worse on the graded simulation).
 
+**Ordering the unscored** (default ``unscored_order="learned"``): among
+themselves, the unscored candidates are ordered by a relevance model learned
+online: the ridge regression of the scored candidates' posterior relevance on
+(1, standardised similarity, standardised memory bias), where the memory bias
+:math:`b_m` comes from the experience matrix of earlier queries
+(:mod:`earm_jax.policies.adaptive_history` runs the solver beside the policy).
+Where history says a memory is often evidence, it rises among the unscored;
+where it says little (observations), the fit leans on similarity. Without a
+memory bias the order is by similarity (or its reverse, should the data say so).
+
 Every function here is pure and shape-static: the simulator runs
 ``begin → (select_round → observe_round) × R → finish`` inside ``jit``,
 ``lax.scan`` and ``vmap`` (:func:`run_adaptive`), and a host loop calls the same
@@ -83,6 +93,7 @@ import jax
 import jax.numpy as jnp
 
 from earm_jax.base import Observation, Query
+from earm_jax.core.model import standardised_similarity
 from earm_jax.types import Array, ArrayLike
 
 STOP_RULES = (
@@ -96,6 +107,16 @@ STOP_RULES = (
     "settle_or_expected",
 )
 """Stopping rules; the first is the default (the others are measured negatives)."""
+
+UNSCORED_ORDERS = ("learned", "similarity")
+"""How the unscored candidates are ordered among themselves; the first is the
+default: ``"learned"`` by a relevance model fitted online on the scored ones
+(similarity and the memory's bias in the experience matrix),
+``"similarity"`` by similarity alone."""
+
+ORDER_FEATURES = 3
+"""Features of the learned order: 1, standardised similarity, standardised
+memory bias."""
 
 MERGES = ("confident_no", "evidence", "posterior", "anchors_first")
 """How direct scores and unscored candidates share one ranking; the first is the
@@ -130,6 +151,9 @@ class AdaptiveConfig(NamedTuple):
       merge: one of :data:`MERGES` (the first is the default).
       hit_spread: let relevant answers spread more than the noise (graded
         scorers).
+      unscored_order: one of :data:`UNSCORED_ORDERS` (the first is the default);
+        applies to the ``confident_no`` and ``evidence`` merges.
+      order_ridge: ridge penalty of the learned order's regression.
     """
 
     pool_size: int
@@ -147,6 +171,8 @@ class AdaptiveConfig(NamedTuple):
     settle_risk: float = 0.1
     merge: str = "confident_no"
     hit_spread: bool = True
+    unscored_order: str = "learned"
+    order_ridge: float = 1.0
 
     @property
     def num_rounds(self) -> int:
@@ -183,6 +209,10 @@ class Ledger(NamedTuple):
       count: ``int32[]`` queries seen.
       call_budget: ``float32[]`` the allowance per usable candidate (traced, so a
         budget sweep does not recompile; ``init(call_budget)`` sets it).
+      order_gram: ``float32[3, 3]`` :math:`\sum x x^\top` over scored candidates,
+        ``x`` = (1, standardised similarity, standardised memory bias).
+      order_rhs: ``float32[3]`` :math:`\sum x q`, ``q`` their posterior
+        relevance: the learned order is the ridge fit of ``q`` on ``x``.
     """
 
     balance: Array
@@ -199,6 +229,8 @@ class Ledger(NamedTuple):
     hit_square_sum: Array
     count: Array
     call_budget: Array
+    order_gram: Array
+    order_rhs: Array
 
 
 class RoundState(NamedTuple):
@@ -215,6 +247,8 @@ class RoundState(NamedTuple):
       limit: ``int32[]`` calls this query may spend.
       calls: ``int32[]`` calls spent so far (failed pairs included).
       allowance: ``int32[]`` this query's accrual, in ledger units.
+      features: ``float32[N, 3]`` the learned order's features (1, standardised
+        similarity, standardised memory bias; 0 where not usable).
     """
 
     usable: Array
@@ -227,6 +261,7 @@ class RoundState(NamedTuple):
     limit: Array
     calls: Array
     allowance: Array
+    features: Array
 
 
 class AdaptiveInfo(NamedTuple):
@@ -257,15 +292,19 @@ class AdaptivePolicy(NamedTuple):
 
     Attributes:
       init: ``(call_budget=None) -> Ledger``.
-      begin: ``(ledger, query, usable=None) -> RoundState``.
+      begin: ``(ledger, query, usable=None, memory_bias=None) -> RoundState``;
+        ``memory_bias`` (``float32[N]``, the candidates' biases in the experience
+        matrix, fitted on earlier queries only) feeds the learned order.
       select_round: ``(ledger, round_state) -> bool[N]`` the next round's
         candidates (all False when the query is done).
       observe_round: ``(ledger, round_state, observation, requested=None) ->
         RoundState`` folds one round's scores in.
       finish: ``(ledger, round_state) -> (ledger, AdaptiveInfo)``.
-      score_query: ``(ledger, query, scorer, usable=None) -> (ledger, info)``, the
+      score_query: ``(ledger, query, scorer, usable=None, memory_bias=None) ->
+        (ledger, info)``, the
         host loop: ``scorer(mask) -> float32[N]`` is called once per round.
-      step: ``(ledger, query, scores_row, usable=None) -> (ledger, info)``, the
+      step: ``(ledger, query, scores_row, usable=None, memory_bias=None) ->
+        (ledger, info)``, the
         traced loop (``lax.fori_loop`` over the rounds) for simulation.
       config: the :class:`AdaptiveConfig`.
     """
@@ -315,6 +354,13 @@ def validate_adaptive_config(config: AdaptiveConfig) -> None:
         raise ValueError(f"settle_risk must be in (0, 1), got {config.settle_risk!r}")
     if len(config.rate_prior) != 2 or min(config.rate_prior) <= 0:
         raise ValueError(f"rate_prior must be two counts > 0, got {config.rate_prior}")
+    if config.unscored_order not in UNSCORED_ORDERS:
+        raise ValueError(
+            f"unscored_order must be one of {UNSCORED_ORDERS}, "
+            f"got {config.unscored_order!r}"
+        )
+    if not config.order_ridge > 0:
+        raise ValueError(f"order_ridge must be > 0, got {config.order_ridge!r}")
 
 
 def similarity_ranks(similarity: ArrayLike, usable: ArrayLike) -> Array:
@@ -346,6 +392,31 @@ def truncation_corrected_variance(second_moment: ArrayLike, iterations: int = 4)
         factor = jnp.clip(1.0 - 2.0 * c * pdf / jnp.maximum(mass, 1e-8), 0.2, 1.0)
         variance = second_moment / factor
     return variance
+
+
+def order_features(
+    similarity: ArrayLike, usable: ArrayLike, memory_bias: ArrayLike | None = None
+) -> Array:
+    """``float32[N, 3]``: (1, similarity, memory bias), both z-scored over the
+    usable candidates; rows of unusable candidates are 0, and so is the bias
+    column when no memory bias is given (or it has no spread)."""
+    usable = jnp.asarray(usable, bool)
+    similarity_z = standardised_similarity(similarity, usable)
+    if memory_bias is None:
+        bias_z = jnp.zeros_like(similarity_z)
+    else:
+        bias_z = standardised_similarity(memory_bias, usable)
+    ones = usable.astype(jnp.float32)
+    return jnp.stack([ones, similarity_z, bias_z], axis=-1)
+
+
+def order_weights(gram: ArrayLike, rhs: ArrayLike, ridge: float) -> Array:
+    """``float32[3]``: the ridge solution of the learned order's regression."""
+    gram = jnp.asarray(gram, jnp.float32)
+    return jnp.linalg.solve(
+        gram + ridge * jnp.eye(gram.shape[-1], dtype=gram.dtype),
+        jnp.asarray(rhs, jnp.float32),
+    )
 
 
 def _logit(p: Array) -> Array:
@@ -391,6 +462,8 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
             hit_square_sum=jnp.zeros((), jnp.float32),
             count=jnp.zeros((), jnp.int32),
             call_budget=jnp.clip(jnp.asarray(budget, jnp.float32), 0.0, 1.0),
+            order_gram=jnp.zeros((ORDER_FEATURES, ORDER_FEATURES), jnp.float32),
+            order_rhs=jnp.zeros((ORDER_FEATURES,), jnp.float32),
         )
 
     def rates(ledger: Ledger) -> Array:
@@ -461,7 +534,12 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
         )
         return log_none <= math.log(config.settle_risk)
 
-    def begin(ledger: Ledger, query: Query, usable: ArrayLike | None = None):
+    def begin(
+        ledger: Ledger,
+        query: Query,
+        usable: ArrayLike | None = None,
+        memory_bias: ArrayLike | None = None,
+    ):
         usable = jnp.asarray(query.valid if usable is None else usable, bool)
         num_usable = jnp.sum(usable)
         allowance = jnp.floor(
@@ -481,6 +559,7 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
             limit=limit.astype(jnp.int32),
             calls=jnp.zeros((), jnp.int32),
             allowance=allowance,
+            features=order_features(query.similarity, usable, memory_bias),
         )
 
     def select_round(ledger: Ledger, rs: RoundState) -> Array:
@@ -563,6 +642,19 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
             q + 1e-4 * rs.values,
             unscored_rate - 1e-7 * rs.rank.astype(jnp.float32),
         )
+        # The unscored candidates' place among themselves (in (0.5, 1.5)): by
+        # similarity, or by the order learned from earlier queries' answers.
+        unscored_tier = 1.0 - 1e-3 * rs.rank.astype(jnp.float32)
+        if config.unscored_order == "learned":
+            weights = order_weights(
+                ledger.order_gram, ledger.order_rhs, config.order_ridge
+            )
+            # Scale-free: only the direction of the weights orders candidates.
+            direction = weights[1:] / (jnp.sum(jnp.abs(weights[1:])) + 1e-6)
+            learned = rs.features[:, 1:] @ direction
+            unscored_tier = (
+                1.0 + 0.45 * jnp.tanh(learned) - 1e-7 * rs.rank.astype(jnp.float32)
+            )
         if config.merge == "evidence":
             # A direct answer lifts a candidate above the unscored ones only when
             # it is evidence for relevance (likelihood ratio > 1); answers that
@@ -571,7 +663,7 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
             scores = jnp.where(
                 rs.scored,
                 jnp.where(favours, 2.0 + rs.values, rs.values - 1.0),
-                1.0 - 1e-3 * rs.rank.astype(jnp.float32),
+                unscored_tier,
             )
         if config.merge == "confident_no":
             # As "evidence", but only answers a clean "no" explains (within two
@@ -584,7 +676,7 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
             scores = jnp.where(
                 rs.scored,
                 jnp.where(sink, rs.values - 1.0, 2.0 + rs.values),
-                1.0 - 1e-3 * rs.rank.astype(jnp.float32),
+                unscored_tier,
             )
         if config.merge == "anchors_first":
             scores = jnp.where(
@@ -620,6 +712,9 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
             hit_square_sum=ledger.hit_square_sum + jnp.sum(weight * q * rs.values**2),
             count=ledger.count + 1,
             call_budget=ledger.call_budget,
+            order_gram=ledger.order_gram
+            + jnp.einsum("n,ni,nj->ij", weight, rs.features, rs.features),
+            order_rhs=ledger.order_rhs + jnp.einsum("n,ni->i", weight * q, rs.features),
         )
         info = AdaptiveInfo(
             scores=scores,
@@ -637,8 +732,9 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
         query: Query,
         scorer: Callable[[Array], ArrayLike],
         usable: ArrayLike | None = None,
+        memory_bias: ArrayLike | None = None,
     ) -> tuple[Ledger, AdaptiveInfo]:
-        rs = begin(ledger, query, usable)
+        rs = begin(ledger, query, usable, memory_bias)
         for _ in range(num_rounds):
             mask = select_round(ledger, rs)
             if not bool(jnp.any(mask)):
@@ -653,9 +749,10 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
         query: Query,
         scores_row: ArrayLike,
         usable: ArrayLike | None = None,
+        memory_bias: ArrayLike | None = None,
     ) -> tuple[Ledger, AdaptiveInfo]:
         scores_row = jnp.asarray(scores_row, jnp.float32)
-        rs = begin(ledger, query, usable)
+        rs = begin(ledger, query, usable, memory_bias)
 
         def one_round(_, rs):
             mask = select_round(ledger, rs)
@@ -726,7 +823,9 @@ def rounds_summary(rounds: Sequence[int] | ArrayLike) -> dict[str, float]:
 
 __all__ = [
     "MERGES",
+    "ORDER_FEATURES",
     "STOP_RULES",
+    "UNSCORED_ORDERS",
     "UNITS",
     "AdaptiveConfig",
     "AdaptiveInfo",
@@ -735,6 +834,8 @@ __all__ = [
     "RoundState",
     "adaptive_policy",
     "geometric_round_sizes",
+    "order_features",
+    "order_weights",
     "rounds_summary",
     "run_adaptive",
     "similarity_ranks",

@@ -564,6 +564,11 @@ class OnlineRetriever:
                 f"{journal.path}: SQLite integrity check failed: {'; '.join(problems)}"
             )
         snapshot = journal.latest_snapshot() if self._use_snapshot else None
+        if snapshot is not None and self._ledger_layout_changed(snapshot):
+            # A snapshot of an older call-ledger layout (the best preset before
+            # the learned order): the journal keeps every operation, so replay
+            # them all instead; the next snapshot has the current layout.
+            snapshot = None
         if snapshot is not None:
             after = self._load_snapshot(snapshot)
         # Rows stay visible to queries only once their op is applied: the
@@ -628,6 +633,20 @@ class OnlineRetriever:
             self._key("init"),
             jnp.full((solver_config.num_memories,), NOT_INSERTED, jnp.int32),
         )
+
+    def _ledger_layout_changed(self, snapshot) -> bool:
+        """The snapshot's solver-state leaves are the current ones but its
+        ledger leaves are not (``best`` preset only)."""
+        names = snapshot[4]
+        if self.ledger is None or names is None:
+            return False
+        template = jax.eval_shape(lambda: self.ledger)
+        ledger_names = [
+            "[1]" + jax.tree_util.keystr(path)
+            for path, _ in jax.tree_util.tree_flatten_with_path(template)[0]
+        ]
+        stored = [name for name in names if name.startswith("[1]")]
+        return bool(stored) and stored != ledger_names
 
     def _load_snapshot(self, snapshot) -> int:
         seq, num_queries, stored_config, leaves, names = snapshot
@@ -851,7 +870,7 @@ class OnlineRetriever:
         if adaptive is not None:  # the best preset's round functions too
             policy, begin, select_round, observe_round, finish = adaptive
             ledger = policy.init()
-            progress = begin(ledger, query, query.valid)
+            progress = begin(ledger, query, query.valid, jnp.zeros(size))
             select_round(ledger, progress)
             progress = observe_round(ledger, progress, nothing, query.valid)
             finish(ledger, progress)
@@ -1306,7 +1325,12 @@ class OnlineRetriever:
         """
         policy, begin, select_round, observe_round, finish = _adaptive_for(self.config)
         ledger = self.ledger
-        progress = begin(ledger, query, usable_candidates(self.state, query))
+        # The learned order of the unscored reads the memories' biases in the
+        # experience matrix as fitted on the queries before this one.
+        memory_bias = self.state.memory_bias[query.candidates]
+        progress = begin(
+            ledger, query, usable_candidates(self.state, query), memory_bias
+        )
         size = self.config.pool_size
         rounds = 0
         for _ in range(policy.config.num_rounds):

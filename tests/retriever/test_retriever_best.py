@@ -76,3 +76,39 @@ def test_best_query_many_equals_queries_in_turn(tmp_path):
         got = many.query_many(asks)
     assert [a.memory_ids for a in got] == [a.memory_ids for a in expected]
     assert [a.calls for a in got] == [a.calls for a in expected]
+
+
+def test_a_snapshot_of_an_older_ledger_layout_is_replaced_by_a_full_replay(tmp_path):
+    """A best-preset folder whose snapshot predates the learned order's ledger
+    fields reopens by replaying every operation: the same ledger and answers
+    as a run that never stopped."""
+    import json
+    import sqlite3
+
+    config = dataclasses.replace(BEST, snapshot_every=4)
+    texts, asks = memories(40), queries(12)
+    with _open(tmp_path / "straight", config) as straight:
+        straight.add(texts)
+        expected = [straight.query(q) for q in asks]
+        ledger = straight.ledger
+    with _open(tmp_path / "old", config) as first:
+        first.add(texts)
+        answers = [first.query(q) for q in asks[:8]]
+    # What the older code wrote: a ledger without the learned order's leaves.
+    db = sqlite3.connect(tmp_path / "old" / "journal.sqlite")
+    (manifest_text,) = db.execute("SELECT manifest FROM snapshots").fetchone()
+    manifest = [
+        entry
+        for entry in json.loads(manifest_text)
+        if entry.get("name") not in ("[1].order_gram", "[1].order_rhs")
+    ]
+    assert len(manifest) == len(json.loads(manifest_text)) - 2
+    db.execute("UPDATE snapshots SET manifest=?", (json.dumps(manifest),))
+    db.commit()
+    db.close()
+    with _open(tmp_path / "old", config) as again:
+        answers += [again.query(q) for q in asks[8:]]
+        for got, want in zip(again.ledger, ledger, strict=True):
+            assert (got == want).all()
+    assert [a.memory_ids for a in answers] == [a.memory_ids for a in expected]
+    assert [a.calls for a in answers] == [a.calls for a in expected]
