@@ -137,7 +137,7 @@ class AdaptiveConfig(NamedTuple):
         hard cap on calls as a fraction of Full's calls).
       max_per_query: the most calls one query may spend (0: the sum of
         ``round_sizes``, clipped to ``N``).
-      max_carry: the most unspent calls carried to later queries (0: ``4 N``).
+      max_carry: the most unspent calls carried to later queries (0: ``2 N``, two pools).
       num_found_states: found-states of the rate table (0, 1, ..., this - 1 or
         more confirmed hits).
       initial_price: the price of a call before any pacing (a relevance rate).
@@ -185,7 +185,7 @@ class AdaptiveConfig(NamedTuple):
 
     @property
     def carry_cap(self) -> int:
-        return self.max_carry or 4 * self.pool_size
+        return self.max_carry or 2 * self.pool_size
 
 
 class Ledger(NamedTuple):
