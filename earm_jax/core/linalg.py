@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from earm_jax.types import Array, ArrayLike
 
@@ -51,6 +52,79 @@ def normal_equations(
 MAX_UNROLLED = 13
 
 
+def packed_size(dim: int) -> int:
+    """Entries of a packed lower triangle of a ``dim x dim`` matrix."""
+    return dim * (dim + 1) // 2
+
+
+def packed_index(row: int, column: int) -> int:
+    """Position of entry ``(row, column)`` (either order) in a packed lower
+    triangle: row-major, ``(0,0), (1,0), (1,1), (2,0), ...``."""
+    row, column = max(row, column), min(row, column)
+    return row * (row + 1) // 2 + column
+
+
+def _packed_layout(dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(rows, columns)`` of the packed entries and the ``[D, D]`` map from a
+    full matrix's entries to packed positions (symmetric)."""
+    rows = np.array([i for i in range(dim) for _ in range(i + 1)], np.int32)
+    columns = np.array([j for i in range(dim) for j in range(i + 1)], np.int32)
+    full = np.array(
+        [[packed_index(i, j) for j in range(dim)] for i in range(dim)], np.int32
+    )
+    return rows, columns, full
+
+
+def pack_lower(matrix: ArrayLike, axes: tuple[int, int] = (-2, -1)) -> Array:
+    """The lower triangle of symmetric matrices on ``axes``, packed into one
+    axis at the position of the first (``D (D + 1) / 2`` entries instead of
+    ``D^2``: statistics of symmetric systems are stored this way)."""
+    matrix = jnp.moveaxis(jnp.asarray(matrix), axes, (-2, -1))
+    rows, columns, _ = _packed_layout(matrix.shape[-1])
+    packed = matrix[..., rows, columns]
+    return jnp.moveaxis(packed, -1, axes[0] if axes[0] >= 0 else axes[0] + 1)
+
+
+def unpack_lower(packed: ArrayLike, dim: int, axis: int = 0) -> Array:
+    """The symmetric ``[D, D]`` matrices of packed lower triangles on ``axis``
+    (the two new axes take its place)."""
+    packed = jnp.moveaxis(jnp.asarray(packed), axis, -1)
+    _, _, full = _packed_layout(dim)
+    matrix = packed[..., full]  # [..., D, D]
+    position = axis if axis >= 0 else axis + packed.ndim
+    return jnp.moveaxis(matrix, (-2, -1), (position, position + 1))
+
+
+def _cholesky_solve(entry, h, dim: int, l2: float) -> Array:
+    """The unrolled Cholesky solve; ``entry(i, j)`` gives ``G[i, j]``, i >= j."""
+    lower = [[None] * dim for _ in range(dim)]
+    inverse_diagonal = [None] * dim
+    for j in range(dim):
+        total = entry(j, j) + l2
+        for k in range(j):
+            total = total - lower[j][k] * lower[j][k]
+        inverse = jax.lax.rsqrt(jnp.maximum(total, 1e-30))
+        inverse_diagonal[j] = inverse
+        for i in range(j + 1, dim):
+            total = entry(i, j)
+            for k in range(j):
+                total = total - lower[i][k] * lower[j][k]
+            lower[i][j] = total * inverse
+    forward = [None] * dim
+    for i in range(dim):
+        total = h[i]
+        for k in range(i):
+            total = total - lower[i][k] * forward[k]
+        forward[i] = total * inverse_diagonal[i]
+    solution = [None] * dim
+    for i in reversed(range(dim)):
+        total = forward[i]
+        for k in range(i + 1, dim):
+            total = total - lower[k][i] * solution[k]
+        solution[i] = total * inverse_diagonal[i]
+    return jnp.stack(solution, axis=0)
+
+
 def cholesky_solve_batch_last(gram: ArrayLike, rhs: ArrayLike, l2: float) -> Array:
     r"""Solves :math:`(G + \lambda I) w = h` for many small SPD systems, batch last.
 
@@ -71,34 +145,29 @@ def cholesky_solve_batch_last(gram: ArrayLike, rhs: ArrayLike, l2: float) -> Arr
       ``float32[D, ...]``.
     """
     g = jnp.asarray(gram)
+    return _cholesky_solve(lambda i, j: g[i, j], jnp.asarray(rhs), g.shape[0], l2)
+
+
+def cholesky_solve_packed(packed: ArrayLike, rhs: ArrayLike, l2: float) -> Array:
+    r""":func:`cholesky_solve_batch_last` on packed lower triangles.
+
+    Args:
+      packed: ``float32[D (D + 1) / 2, ...]`` (:func:`pack_lower` order).
+      rhs: ``float32[D, ...]``.
+      l2: ridge :math:`\lambda > 0`.
+
+    Returns:
+      ``float32[D, ...]``.
+    """
+    g = jnp.asarray(packed)
     h = jnp.asarray(rhs)
-    dim = g.shape[0]
-    lower = [[None] * dim for _ in range(dim)]
-    inverse_diagonal = [None] * dim
-    for j in range(dim):
-        total = g[j, j] + l2
-        for k in range(j):
-            total = total - lower[j][k] * lower[j][k]
-        inverse = jax.lax.rsqrt(jnp.maximum(total, 1e-30))
-        inverse_diagonal[j] = inverse
-        for i in range(j + 1, dim):
-            total = g[i, j]
-            for k in range(j):
-                total = total - lower[i][k] * lower[j][k]
-            lower[i][j] = total * inverse
-    forward = [None] * dim
-    for i in range(dim):
-        total = h[i]
-        for k in range(i):
-            total = total - lower[i][k] * forward[k]
-        forward[i] = total * inverse_diagonal[i]
-    solution = [None] * dim
-    for i in reversed(range(dim)):
-        total = forward[i]
-        for k in range(i + 1, dim):
-            total = total - lower[k][i] * solution[k]
-        solution[i] = total * inverse_diagonal[i]
-    return jnp.stack(solution, axis=0)
+    dim = h.shape[0]
+    if g.shape[0] != packed_size(dim):
+        raise ValueError(
+            f"packed must have {packed_size(dim)} entries for rhs of dim {dim}, "
+            f"got {g.shape[0]}"
+        )
+    return _cholesky_solve(lambda i, j: g[packed_index(i, j)], h, dim, l2)
 
 
 def ridge_solve(gram: ArrayLike, rhs: ArrayLike, l2: float) -> Array:

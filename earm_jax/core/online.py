@@ -68,6 +68,25 @@ def usable_candidates(state: SolverState, query: Query) -> Array:
     return jnp.asarray(query.valid) & inserted & in_range
 
 
+def observed_first(observed: ArrayLike) -> Array:
+    """``int32[N]``: the positions of ``observed`` first, then the others.
+
+    Both groups in index order: ``argsort(~observed, stable=True)``, from two
+    running counts and one scatter instead of a sort (a sort of ``[S, N]``
+    per step cost 4% of the batched step on CPU, issue 12).
+    """
+    observed = jnp.asarray(observed, bool)
+    as_int = observed.astype(jnp.int32)
+    num_observed = jnp.sum(as_int)
+    position = jnp.where(
+        observed,
+        jnp.cumsum(as_int) - 1,
+        num_observed + jnp.cumsum(1 - as_int) - 1,
+    )
+    items = jnp.arange(observed.shape[-1], dtype=jnp.int32)
+    return jnp.zeros_like(items).at[position].set(items, unique_indices=True)
+
+
 def online_solver(config: SolverConfig, policy: Policy) -> OnlineSolver:
     """Builds the causal online solver for ``config`` and ``policy``.
 
@@ -191,7 +210,7 @@ def online_solver(config: SolverConfig, policy: Policy) -> OnlineSolver:
 
         # 3. The anchors join the history (compressed to a row of width K; in
         # the log layout, its observed prefix becomes the query's entries).
-        order = jnp.argsort(~observed, stable=True)[:max_budget]
+        order = observed_first(observed)[:max_budget]
         row_mask = observed[order]
         has_room = state.count < capacity
         slot = state.count
@@ -258,4 +277,4 @@ def online_solver(config: SolverConfig, policy: Policy) -> OnlineSolver:
     return OnlineSolver(init, select, observe, step, config, policy)
 
 
-__all__ = ["online_solver", "usable_candidates"]
+__all__ = ["observed_first", "online_solver", "usable_candidates"]

@@ -137,7 +137,8 @@ class AdaptiveConfig(NamedTuple):
         hard cap on calls as a fraction of Full's calls).
       max_per_query: the most calls one query may spend (0: the sum of
         ``round_sizes``, clipped to ``N``).
-      max_carry: the most unspent calls carried to later queries (0: ``2 N``, two pools).
+      max_carry: the most unspent calls carried to later queries (0: ``2 N``,
+        two pools).
       num_found_states: found-states of the rate table (0, 1, ..., this - 1 or
         more confirmed hits).
       initial_price: the price of a call before any pacing (a relevance rate).

@@ -564,10 +564,11 @@ class OnlineRetriever:
                 f"{journal.path}: SQLite integrity check failed: {'; '.join(problems)}"
             )
         snapshot = journal.latest_snapshot() if self._use_snapshot else None
-        if snapshot is not None and self._ledger_layout_changed(snapshot):
-            # A snapshot of an older call-ledger layout (the best preset before
-            # the learned order): the journal keeps every operation, so replay
-            # them all instead; the next snapshot has the current layout.
+        if snapshot is not None and self._snapshot_layout_changed(snapshot):
+            # A snapshot of an older layout (the best preset's call ledger
+            # before the learned order, the incremental statistics before they
+            # were packed): the journal keeps every operation, so replay them
+            # all instead; the next snapshot has the current layout.
             snapshot = None
         if snapshot is not None:
             after = self._load_snapshot(snapshot)
@@ -634,19 +635,25 @@ class OnlineRetriever:
             jnp.full((solver_config.num_memories,), NOT_INSERTED, jnp.int32),
         )
 
-    def _ledger_layout_changed(self, snapshot) -> bool:
-        """The snapshot's solver-state leaves are the current ones but its
-        ledger leaves are not (``best`` preset only)."""
-        names = snapshot[4]
-        if self.ledger is None or names is None:
+    def _snapshot_layout_changed(self, snapshot) -> bool:
+        """The snapshot's leaves are named otherwise than the current
+        experience's: it was written by an older layout of the solver state
+        or of the ledger (a leaf renamed, added or removed)."""
+        stored_config, names = snapshot[2], snapshot[4]
+        if names is None:
             return False
-        template = jax.eval_shape(lambda: self.ledger)
-        ledger_names = [
-            "[1]" + jax.tree_util.keystr(path)
+        try:
+            solver_config = SolverConfig(**stored_config)
+        except TypeError:
+            return False  # _load_snapshot reports the bad config
+        template = jax.eval_shape(
+            lambda: self._experience(self._initial_state(solver_config), self.ledger)
+        )
+        current = [
+            jax.tree_util.keystr(path)
             for path, _ in jax.tree_util.tree_flatten_with_path(template)[0]
         ]
-        stored = [name for name in names if name.startswith("[1]")]
-        return bool(stored) and stored != ledger_names
+        return list(names) != current
 
     def _load_snapshot(self, snapshot) -> int:
         seq, num_queries, stored_config, leaves, names = snapshot

@@ -79,6 +79,45 @@ def test_crash_and_restart_gives_the_uninterrupted_answers(tmp_path, solver):
     third.close()
 
 
+def test_a_snapshot_of_the_unpacked_statistics_layout_is_replayed(tmp_path):
+    """A folder whose snapshot names the incremental statistics' old leaf (the
+    full ``[D, D, M]`` gram, before it was packed) reopens by replaying every
+    operation: the same answers as a run that never stopped."""
+    import json
+    import sqlite3
+
+    config = dataclasses.replace(CONFIG, snapshot_every=3)
+    texts, asks = memories(30), queries(9)
+    with _open(tmp_path / "straight", config=config) as straight:
+        straight.add(texts)
+        expected = [straight.query(q) for q in asks]
+    with _open(tmp_path / "old", config=config) as first:
+        first.add(texts)
+        answers = [first.query(q) for q in asks[:6]]
+    db = sqlite3.connect(tmp_path / "old" / "journal.sqlite")
+    rows = db.execute("SELECT rowid, manifest FROM snapshots").fetchall()
+    assert rows
+    for rowid, manifest_text in rows:
+        manifest = json.loads(manifest_text)
+        renamed = [
+            entry.get("name") == ".solver_extras.gram_packed" for entry in manifest
+        ]
+        assert sum(renamed) == 1
+        for entry, old in zip(manifest, renamed, strict=True):
+            if old:
+                entry["name"] = ".solver_extras.gram_memory_last"
+        db.execute(
+            "UPDATE snapshots SET manifest=? WHERE rowid=?",
+            (json.dumps(manifest), rowid),
+        )
+    db.commit()
+    db.close()
+    with _open(tmp_path / "old", config=config) as again:
+        answers += [again.query(q) for q in asks[6:]]
+    for got, want in zip(answers, expected, strict=True):
+        _same(got, want)
+
+
 def test_a_second_opener_is_refused_with_the_holders_pid(tmp_path):
     retriever = _open(tmp_path)
     with pytest.raises(FolderLockedError, match=r"locked: in use by process \d+"):

@@ -59,6 +59,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from earm_jax.core import entry_log, linalg
 from earm_jax.core.config import Parameters, SolverConfig, SolverState
@@ -78,11 +79,14 @@ class IncrementalStats(NamedTuple):
     Stored *memory-last* (batch-last): every entry :math:`G_{\cdot, i, j}` is
     a contiguous ``[M]`` vector, the layout the unrolled Cholesky of the step
     reads (a transpose of ``[M, D, D]`` statistics per step cost as much as
-    the solve itself on CPU). :attr:`gram` and :attr:`rhs` are the
-    memory-first views.
+    the solve itself on CPU). :math:`G_m` is symmetric, so only its lower
+    triangle is kept, packed (:func:`~earm_jax.core.linalg.pack_lower`):
+    ``D (D + 1) / 2`` rows instead of ``D^2`` (45 of 81 at rank 8), which
+    the step moves and reads each query. :attr:`gram` and :attr:`rhs` are
+    the full, memory-first views.
 
     Attributes:
-      gram_memory_last: ``float32[R+1, R+1, M]``
+      gram_packed: ``float32[(R+1)(R+2)/2, M]`` the packed lower triangles of
         :math:`G_m = \sum_{s \ni m} x_s x_s^\top` with :math:`x_s = (1, v_s)`,
         over the stored rows that hold ``m``.
       rhs_memory_last: ``float32[R+1, M]``
@@ -90,14 +94,16 @@ class IncrementalStats(NamedTuple):
       cursor: ``int32[]`` the first history row of the next round-robin refresh.
     """
 
-    gram_memory_last: Array
+    gram_packed: Array
     rhs_memory_last: Array
     cursor: Array
 
     @property
     def gram(self) -> Array:
-        """``float32[..., M, R+1, R+1]``: :math:`G_m`, memory first."""
-        return jnp.moveaxis(self.gram_memory_last, -1, -3)
+        """``float32[..., M, R+1, R+1]``: :math:`G_m`, memory first, full."""
+        dim = self.rhs_memory_last.shape[-2]
+        full = linalg.unpack_lower(self.gram_packed, dim, axis=-2)  # [..., D, D, M]
+        return jnp.moveaxis(full, -1, -3)
 
     @property
     def rhs(self) -> Array:
@@ -109,7 +115,7 @@ def init_stats(num_memories: int, rank: int) -> IncrementalStats:
     """Empty statistics (no history) for ``num_memories`` memories of ``rank``."""
     dim = rank + 1
     return IncrementalStats(
-        gram_memory_last=jnp.zeros((dim, dim, num_memories), jnp.float32),
+        gram_packed=jnp.zeros((linalg.packed_size(dim), num_memories), jnp.float32),
         rhs_memory_last=jnp.zeros((dim, num_memories), jnp.float32),
         cursor=jnp.zeros((), jnp.int32),
     )
@@ -211,14 +217,36 @@ def _solve_batch_last(gram_t: Array, rhs_t: Array, l2: float) -> Array:
     return solution.T
 
 
+def _solve_packed(packed: Array, rhs_t: Array, l2: float) -> Array:
+    """``[P, B]`` packed, ``[D, B]`` -> ``[D, B]`` (unrolled Cholesky, LU if
+    large)."""
+    dim = rhs_t.shape[0]
+    if dim <= linalg.MAX_UNROLLED:
+        return linalg.cholesky_solve_packed(packed, rhs_t, l2)
+    return _solve_batch_last(linalg.unpack_lower(packed, dim, axis=0), rhs_t, l2)
+
+
+def _first_column(packed: Array) -> Array:
+    """``[P, ...]`` packed -> ``[D, ...]``: the first column ``G[:, 0]``
+    (``G_m[:, 0] = sum_s x_s``, since ``x_s = (1, v_s)``)."""
+    dim = int(round((np.sqrt(8 * packed.shape[0] + 1) - 1) / 2))
+    # Static slices, not a gather: they fuse into the consumers.
+    return jnp.stack([packed[linalg.packed_index(i, 0)] for i in range(dim)])
+
+
+def _pack_outer(outer: Array) -> Array:
+    """``[W, D, D]`` symmetric -> ``[W, P]``."""
+    return linalg.pack_lower(outer, axes=(-2, -1))
+
+
 def _finish(
     state, coefficients, gram, rhs, mean, write_rows, new_bias, new_factors, cursor
 ):
     """The end of both steps: the exact mean from the statistics (unseen
     memories have G = 0), then the block's query parameters and the new
     memory coefficients written back."""
-    num_observed = jnp.sum(gram[0, 0])
-    total = jnp.sum(rhs[0]) - jnp.sum(coefficients * gram[0])
+    num_observed = jnp.sum(gram[0])  # packed (0, 0): the observation counts
+    total = jnp.sum(rhs[0]) - jnp.sum(coefficients * _first_column(gram))
     mean = jnp.where(num_observed > 0.5, total / jnp.maximum(num_observed, 1.0), mean)
     return state._replace(
         global_mean=mean,
@@ -331,8 +359,8 @@ def update(
         zeros = jnp.zeros((block, num_memories), jnp.float32)
         counts = zeros.at[row_ids, flat_ids].add(entry, mode="drop")  # A [W, M]
         sums = zeros.at[row_ids, flat_ids].add(value * entry, mode="drop")  # B
-        gram = stats.gram_memory_last + jnp.einsum(
-            "wde,wm->dem", outer, counts, precision=hi
+        gram = stats.gram_packed + jnp.einsum(
+            "wp,wm->pm", _pack_outer(outer), counts, precision=hi
         )
         rhs = (
             stats.rhs_memory_last
@@ -343,18 +371,18 @@ def update(
 
         # 2. The touched memories, exactly, from their statistics: one fused
         # solve over all M (memory last), kept only where touched.
-        weights = _solve_batch_last(gram, rhs - mean * gram[0], l2)  # [D, M]
+        weights = _solve_packed(gram, rhs - mean * _first_column(gram), l2)  # [D, M]
         coefficients = jnp.where(touched, weights, old_coefficients)
     else:
         # Large M: per-entry scatters over the block's W K entries only.
         ids = flat_ids.reshape(-1)
-        delta_gram = entry[None, None] * jnp.moveaxis(outer, 0, -1)[..., None]
+        delta_gram = entry[None] * _pack_outer(outer).T[..., None]  # [P, W, K]
         delta_rhs = entry[None] * (
             value[None] * per_value.T[..., None] + per_entry.T[..., None]
         )  # [D, W, K]
         dim = rank + 1
-        gram = stats.gram_memory_last.at[:, :, ids].add(
-            delta_gram.reshape(dim, dim, -1), mode="drop"
+        gram = stats.gram_packed.at[:, ids].add(
+            delta_gram.reshape(delta_gram.shape[0], -1), mode="drop"
         )
         rhs = stats.rhs_memory_last.at[:, ids].add(
             delta_rhs.reshape(dim, -1), mode="drop"
@@ -363,8 +391,10 @@ def update(
         # 2. Every memory the block touches, exactly: one fused solve over the
         # gathered entries (memory last).
         gather_ids = index.reshape(-1)
-        gram_m = gram[:, :, gather_ids]  # [D, D, W*K]
-        weights = _solve_batch_last(gram_m, rhs[:, gather_ids] - mean * gram_m[0], l2)
+        gram_m = gram[:, gather_ids]  # [P, W*K]
+        weights = _solve_packed(
+            gram_m, rhs[:, gather_ids] - mean * _first_column(gram_m), l2
+        )
         # Duplicated ids carry bitwise-identical solutions: the scatter is exact.
         coefficients = old_coefficients.at[:, ids].set(weights, mode="drop")
     # A dropped newest row (history full) was clipped onto a real row: write
@@ -508,8 +538,8 @@ def update_from_log(
     zeros = jnp.zeros((block, num_memories), jnp.float32)
     counts = zeros.at[entry_row, ids].add(entry, mode="drop")  # A [W, M]
     sums = zeros.at[entry_row, ids].add(value * entry, mode="drop")  # B
-    gram = stats.gram_memory_last + jnp.einsum(
-        "wde,wm->dem", outer, counts, precision=hi
+    gram = stats.gram_packed + jnp.einsum(
+        "wp,wm->pm", _pack_outer(outer), counts, precision=hi
     )
     rhs = (
         stats.rhs_memory_last
@@ -521,11 +551,13 @@ def update_from_log(
     # over all M kept where touched, or over the block's gathered entries.
     if dense:
         touched = jnp.sum(counts, axis=0) > 0.5
-        weights = _solve_batch_last(gram, rhs - mean * gram[0], l2)  # [D, M]
+        weights = _solve_packed(gram, rhs - mean * _first_column(gram), l2)
         coefficients = jnp.where(touched, weights, old_coefficients)
     else:
-        gram_m = gram[:, :, index]  # [D, D, B]
-        weights = _solve_batch_last(gram_m, rhs[:, index] - mean * gram_m[0], l2)
+        gram_m = gram[:, index]  # [P, B]
+        weights = _solve_packed(
+            gram_m, rhs[:, index] - mean * _first_column(gram_m), l2
+        )
         # Duplicated ids carry bitwise-identical solutions: the scatter is exact.
         coefficients = old_coefficients.at[:, ids].set(weights, mode="drop")
     write_rows = jnp.where(visited, rows, capacity)
@@ -570,7 +602,8 @@ def history_stats(state: SolverState) -> IncrementalStats:
         if isinstance(extras, IncrementalStats)
         else jnp.zeros((), jnp.int32)
     )
-    return IncrementalStats(jnp.moveaxis(gram, 0, -1), rhs.T, cursor)
+    packed = linalg.pack_lower(jnp.moveaxis(gram, 0, -1), axes=(0, 1))
+    return IncrementalStats(packed, rhs.T, cursor)
 
 
 def _init_extras(config: SolverConfig, params: Parameters) -> IncrementalStats:
@@ -596,7 +629,7 @@ def _grow_extras(
     # New memories have no history: zero statistics. The round-robin cursor
     # stays valid (it is taken modulo the number of stored rows).
     return IncrementalStats(
-        gram_memory_last=pad(extras.gram_memory_last, num_memories, axis=-1),
+        gram_packed=pad(extras.gram_packed, num_memories, axis=-1),
         rhs_memory_last=pad(extras.rhs_memory_last, num_memories, axis=-1),
         cursor=extras.cursor,
     )
