@@ -118,18 +118,19 @@ PRESETS = {
         pool=200,
         rank=8,
         queries=40,
-        streams=[16, 64, 256],
+        streams=[16, 64, 256, 1024],
         sweep_streams=64,
         sweep_memories=[],
         sweep_pools=[],
         sweep_ranks=[],
         call_budget=60.0,
-        repeats=3,
+        repeats=5,
         latency_t=[100, 1000, 10000],
-        latency_repeats=15,
+        latency_repeats=60,
         als_latency_budget=5.0,
         numpy_streams=64,
         numpy_measured=2,
+        numpy_rounds=9,
         surprise_streams=2,
         surprise_queries=40,
     ),
@@ -253,23 +254,27 @@ def _block(out):
 def bench_throughput(p: dict, log) -> dict:
     rows = []
 
-    def one(name, memories, pool, rank, num_streams, sweep):
+    def prepare(name, memories, pool, rank, num_streams):
+        """Compiled ``run_batch`` for one solver and shape, warmed up."""
         streams = simulated(0, memories, pool, p["queries"], num_streams)
         keys = jax.random.split(jax.random.key(1), num_streams)
         config = solver_config(name, memories, pool, rank, p["queries"])
         solver = ej.online_solver(config, paper_policy_for(name, pool))
         fn, compile_s = compiled_run_batch(solver, keys, streams)
-        ops = hlo_ops(fn)
         first = time.perf_counter()
         _block(fn(keys, streams))
         first_s = time.perf_counter() - first
-        repeats = p["repeats"] if first_s < p["call_budget"] / 4 else 1
-        timing = time_call(
-            lambda: _block(fn(keys, streams)),
-            repeats=repeats,
-            warmup=0,
-            budget_s=p["call_budget"],
-        )
+
+        def call() -> float:
+            begin = time.perf_counter()
+            _block(fn(keys, streams))
+            return time.perf_counter() - begin
+
+        return call, compile_s, first_s, hlo_ops(fn)
+
+    def record(name, memories, pool, rank, num_streams, sweep, times, prepared):
+        _, compile_s, first_s, ops = prepared
+        median_s = statistics.median(times)
         row = {
             "solver": name,
             "sweep": sweep,
@@ -280,39 +285,65 @@ def bench_throughput(p: dict, log) -> dict:
             "T": p["queries"],
             "compile_s": compile_s,
             "first_call_s": first_s,
-            "median_s": timing["median_s"],
-            "repeats": timing["repeats"],
-            "stream_queries_per_s": num_streams * p["queries"] / timing["median_s"],
+            "median_s": median_s,
+            "repeats": len(times),
+            "times_s": times,
+            "stream_queries_per_s": num_streams * p["queries"] / median_s,
             **{f"hlo_{k}": v for k, v in ops.items()},
         }
         rows.append(row)
         log(
             f"  {name:12s} {sweep:6s} S={num_streams:5d} M={memories} N={pool} "
             f"r={rank}: {row['stream_queries_per_s']:.4g} q/s "
-            f"(median {timing['median_s']:.3g} s, compile {compile_s:.3g} s; "
+            f"(median {median_s:.3g} s of {len(times)}, compile {compile_s:.3g} s; "
             f"{ops['fusions']} fusions, {ops['while_loops']} while loops)"
         )
-        return timing["median_s"]
+        return row
 
-    # S outer, solvers inner: the solvers of one S run back to back, so a
-    # paired ratio sees the same machine load.
+    # At each S the solvers' calls alternate (round r: every solver once), so
+    # a paired ratio compares calls made seconds apart under the same load;
+    # the per-round ratios to the baseline are kept beside the medians.
     stopped: set[str] = set()
+    shape = (p["memories"], p["pool"], p["rank"])
     for num_streams in p["streams"]:
-        for name in p["solvers"]:
-            if name in stopped:
-                continue
-            seconds = one(name, p["memories"], p["pool"], p["rank"], num_streams, "S")
-            if seconds > p["call_budget"]:
-                log(f"  {name}: stop the S sweep (one call took {seconds:.1f} s)")
+        names = [n for n in p["solvers"] if n not in stopped]
+        prepared = {n: prepare(n, *shape, num_streams) for n in names}
+        times = {n: [] for n in names}
+        for _ in range(p["repeats"]):
+            for name in names:
+                if times[name] and sum(times[name]) > p["call_budget"]:
+                    continue  # a slow solver keeps its calls so far
+                times[name].append(prepared[name][0]())
+        by_name = {
+            n: record(n, *shape, num_streams, "S", times[n], prepared[n]) for n in names
+        }
+        if BASELINE in by_name:
+            base = times[BASELINE]
+            for name, row in by_name.items():
+                if name != BASELINE:
+                    pairs = list(zip(base, times[name], strict=False))
+                    row["ratio_to_baseline_by_round"] = [b / c for b, c in pairs]
+        for name in names:
+            if max(times[name]) > p["call_budget"]:
+                slowest = max(times[name])
+                log(f"  {name}: stop the S sweep (one call took {slowest:.1f} s)")
                 stopped.add(name)
+        del prepared
     for name in [n for n in p["solvers"] if n != BASELINE]:  # sweeps: current only
         base = (p["memories"], p["pool"], p["rank"])
-        for memories in p["sweep_memories"]:
-            one(name, memories, base[1], base[2], p["sweep_streams"], "M")
-        for pool in p["sweep_pools"]:
-            one(name, base[0], pool, base[2], p["sweep_streams"], "N")
-        for rank in p["sweep_ranks"]:
-            one(name, base[0], base[1], rank, p["sweep_streams"], "r")
+        sweeps = (
+            [("M", (m, base[1], base[2])) for m in p["sweep_memories"]]
+            + [("N", (base[0], n, base[2])) for n in p["sweep_pools"]]
+            + [("r", (base[0], base[1], r)) for r in p["sweep_ranks"]]
+        )
+        for sweep, (memories, pool, rank) in sweeps:
+            prepared = prepare(name, memories, pool, rank, p["sweep_streams"])
+            times = [prepared[0]()]
+            while len(times) < p["repeats"] and sum(times) < p["call_budget"]:
+                times.append(prepared[0]())
+            record(
+                name, memories, pool, rank, p["sweep_streams"], sweep, times, prepared
+            )
     return {"rows": rows}
 
 
@@ -506,7 +537,7 @@ def bench_numpy(p: dict, log) -> dict:
         # Interleaved rounds (JAX call, then the NumPy loop): both sides of
         # each round see the same machine load; the ratio is their median.
         jax_times, numpy_times = [], []
-        for _ in range(p["repeats"]):
+        for _ in range(p.get("numpy_rounds", p["repeats"])):
             begin = time.perf_counter()
             _block(fn(keys, streams))
             jax_times.append(time.perf_counter() - begin)
@@ -930,6 +961,12 @@ def paired_ratios(payload: dict) -> dict:
             s: rate[("incremental", s)] / rate[(BASELINE, s)]
             for (name, s) in rate
             if name == "incremental" and (BASELINE, s) in rate
+        }
+        # The median of the per-round ratios (calls alternating, same load).
+        out["throughput_speedup_by_S_rounds"] = {
+            r["S"]: statistics.median(r["ratio_to_baseline_by_round"])
+            for r in rows
+            if r["solver"] == "incremental" and r.get("ratio_to_baseline_by_round")
         }
     if "latency" in payload:
         rows = payload["latency"]["rows"]

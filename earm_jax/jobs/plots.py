@@ -534,11 +534,11 @@ FIGURES = (
     ("quality_incremental_cpu.json", "incremental_vs_als.png", "solvers"),
     # Issue 12: the new incremental step against c45063e's, paired in one run.
     (
-        "solver_cpu_paired_issue12.json",
+        "solver_cpu_paired_packed.json",
         "throughput_vs_streams_paired.png",
         "throughput",
     ),
-    ("solver_cpu_paired_issue12.json", "latency_vs_history_paired.png", "latency"),
+    ("solver_cpu_paired_packed.json", "latency_vs_history_paired.png", "latency"),
 )
 """(result JSON, figure, kind) drawn by :func:`benchmark_figures`."""
 
