@@ -507,17 +507,26 @@ def _completion_quality(streams, completed, scores_mixed, anchors) -> dict:
     }
 
 
+def blas_limiter_available() -> bool:
+    """Whether ``threadpoolctl`` can pin the NumPy loop's BLAS threads."""
+    try:
+        import threadpoolctl  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def one_blas_thread():
     """One BLAS thread for the NumPy loop (``threadpoolctl``, when installed).
 
     The loop is per stream and its solves are 9 x 9: extra BLAS threads do not
     speed it up, but their spin-waiting after each call can take the cores
-    the JAX call that follows needs.
+    the JAX call that follows needs. The limit holds only inside the ``with``.
     """
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
+    if not blas_limiter_available():
         return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
     return threadpool_limits(limits=1, user_api="blas")
 
 
@@ -578,9 +587,7 @@ def bench_numpy(p: dict, log) -> dict:
             "numpy_s_for_timed": numpy_s,
             "numpy_s_scaled_to_S": numpy_total,
             "speedup": statistics.median(ratios),
-            "numpy_blas_threads": (
-                1 if not isinstance(one_blas_thread(), contextlib.nullcontext) else None
-            ),
+            "numpy_blas_threads": 1 if blas_limiter_available() else None,
             "rounds": len(ratios),
             "speedup_by_round": ratios,
             "max_abs_completion_difference": difference,
