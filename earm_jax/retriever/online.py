@@ -564,14 +564,17 @@ class OnlineRetriever:
                 f"{journal.path}: SQLite integrity check failed: {'; '.join(problems)}"
             )
         snapshot = journal.latest_snapshot() if self._use_snapshot else None
-        if snapshot is not None and self._snapshot_layout_changed(snapshot):
-            # A snapshot of an older layout (the best preset's call ledger
-            # before the learned order, the incremental statistics before they
-            # were packed): the journal keeps every operation, so replay them
-            # all instead; the next snapshot has the current layout.
-            snapshot = None
         if snapshot is not None:
-            after = self._load_snapshot(snapshot)
+            loaded = self._load_snapshot(snapshot)
+            if loaded is None:
+                # A snapshot of an older layout (the best preset's call ledger
+                # before the learned order, the incremental statistics before
+                # they were packed): the journal keeps every operation, so
+                # replay them all instead; the next snapshot has the current
+                # layout.
+                snapshot = None
+            else:
+                after = loaded
         # Rows stay visible to queries only once their op is applied: the
         # replay below applies them in order.
         self._visible_rows = self._rows_applied
@@ -635,27 +638,11 @@ class OnlineRetriever:
             jnp.full((solver_config.num_memories,), NOT_INSERTED, jnp.int32),
         )
 
-    def _snapshot_layout_changed(self, snapshot) -> bool:
-        """The snapshot's leaves are named otherwise than the current
-        experience's: it was written by an older layout of the solver state
-        or of the ledger (a leaf renamed, added or removed)."""
-        stored_config, names = snapshot[2], snapshot[4]
-        if names is None:
-            return False
-        try:
-            solver_config = SolverConfig(**stored_config)
-        except TypeError:
-            return False  # _load_snapshot reports the bad config
-        template = jax.eval_shape(
-            lambda: self._experience(self._initial_state(solver_config), self.ledger)
-        )
-        current = [
-            jax.tree_util.keystr(path)
-            for path, _ in jax.tree_util.tree_flatten_with_path(template)[0]
-        ]
-        return list(names) != current
-
-    def _load_snapshot(self, snapshot) -> int:
+    def _load_snapshot(self, snapshot) -> int | None:
+        """Loads ``snapshot``; returns its operation seq, or ``None`` when its
+        leaves are named otherwise than the current experience's (an older
+        layout of the solver state or ledger: a leaf renamed, added or
+        removed), so the caller replays the journal instead."""
         seq, num_queries, stored_config, leaves, names = snapshot
         where = f"{self._journal.path}: snapshot at operation {seq}"
         try:
@@ -668,10 +655,7 @@ class OnlineRetriever:
         named, treedef = jax.tree_util.tree_flatten_with_path(template)
         expected = [jax.tree_util.keystr(path) for path, _ in named]
         if names is not None and list(names) != expected:
-            raise CorruptFolderError(
-                f"{where}: leaves {list(names)} do not match the solver state's "
-                f"{expected}"
-            )
+            return None
         for name, (_, want), got in zip(expected, named, leaves, strict=True):
             if tuple(want.shape) != got.shape or np.dtype(want.dtype) != got.dtype:
                 raise CorruptFolderError(
