@@ -57,6 +57,7 @@ from earm_jax.core.model import (
     predict,
     standardised_similarity,
 )
+from earm_jax.core.prefix import running_count
 from earm_jax.core.solvers import get_solver
 from earm_jax.types import Array, ArrayLike, PRNGKey
 
@@ -71,19 +72,19 @@ def usable_candidates(state: SolverState, query: Query) -> Array:
 def observed_first(observed: ArrayLike) -> Array:
     """``int32[N]``: the positions of ``observed`` first, then the others.
 
-    Both groups in index order: ``argsort(~observed, stable=True)``, from two
-    running counts and one scatter instead of a sort (a sort of ``[S, N]``
+    Both groups in index order: ``argsort(~observed, stable=True)``, from a
+    running count and one scatter instead of a sort (a sort of ``[S, N]``
     per step cost 4% of the batched step on CPU, issue 12).
     """
     observed = jnp.asarray(observed, bool)
-    as_int = observed.astype(jnp.int32)
-    num_observed = jnp.sum(as_int)
+    observed_so_far = running_count(observed)
+    num_observed = observed_so_far[-1]
+    items = jnp.arange(observed.shape[-1], dtype=jnp.int32)
     position = jnp.where(
         observed,
-        jnp.cumsum(as_int) - 1,
-        num_observed + jnp.cumsum(1 - as_int) - 1,
+        observed_so_far - 1,
+        num_observed + (items + 1 - observed_so_far) - 1,
     )
-    items = jnp.arange(observed.shape[-1], dtype=jnp.int32)
     return jnp.zeros_like(items).at[position].set(items, unique_indices=True)
 
 

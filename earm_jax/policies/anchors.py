@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from earm_jax.base import AnchorFn, Query
+from earm_jax.core.prefix import running_count
 from earm_jax.types import Array, ArrayLike, PRNGKey
 
 
@@ -36,7 +37,7 @@ _DIGIT_BITS = 4
 
 
 def _first_members(priority: ArrayLike, members: ArrayLike, count: ArrayLike) -> Array:
-    """``bool[N]``: the members ranked ``< count`` by descending ``priority``.
+    """``bool[..., N]``: the members ranked ``< count`` by descending ``priority``.
 
     The ranks of ``argsort(argsort(-p))`` with non-members at ``p = -inf``
     (ties by index, NaN last), the samplers' order since the first release,
@@ -48,23 +49,28 @@ def _first_members(priority: ArrayLike, members: ArrayLike, count: ArrayLike) ->
     comparison matrix it replaced (whose ``[S, N, N]`` intermediates were a
     quarter of the batched step, issue 12). As in that order, a member whose
     priority is ``-inf`` ties with the non-members and can rank behind them.
+
+    Leading axes are independent selections (``count`` has their shape;
+    ``priority`` broadcasts against ``members``): independent selections
+    stacked into one call share its 8 passes instead of running after one
+    another.
     """
     members = jnp.asarray(members, bool)
-    key = _order_key(jnp.where(members, priority, -jnp.inf))
+    key = _order_key(jnp.where(members, priority, -jnp.inf))  # [..., N]
     count = jnp.asarray(count, jnp.int32)
-    threshold = jnp.zeros((), jnp.uint32)
+    threshold = jnp.zeros(key.shape[:-1], jnp.uint32)
     digits = jnp.arange(1 << _DIGIT_BITS, dtype=jnp.uint32)
     for shift in reversed(range(0, 32, _DIGIT_BITS)):
-        candidates = threshold | (digits << shift)
+        candidates = threshold[..., None] | (digits << shift)  # [..., 16]
         at_or_above = jnp.sum(
-            key[..., :, None] >= candidates, axis=-2, dtype=jnp.int32
+            key[..., :, None] >= candidates[..., None, :], axis=-2, dtype=jnp.int32
         )  # non-increasing in the digit
-        digit = jnp.sum(at_or_above >= count, dtype=jnp.int32) - 1
+        digit = jnp.sum(at_or_above >= count[..., None], axis=-1, dtype=jnp.int32) - 1
         threshold = threshold | (jnp.maximum(digit, 0).astype(jnp.uint32) << shift)
-    above = key > threshold
-    tied = key == threshold
-    room = count - jnp.sum(above, dtype=jnp.int32)
-    chosen = above | (tied & (jnp.cumsum(tied, dtype=jnp.int32) <= room))
+    above = key > threshold[..., None]
+    tied = key == threshold[..., None]
+    room = count - jnp.sum(above, axis=-1, dtype=jnp.int32)
+    chosen = above | (tied & (running_count(tied) <= room[..., None]))
     return chosen & members
 
 
@@ -125,9 +131,13 @@ def stratified_anchors(high_fraction: float = 0.1) -> AnchorFn:
         take_rest = jnp.minimum(size_rest, budget - take_high)
         take_high = jnp.minimum(size_high, budget - take_rest)
         priority = jax.random.uniform(key, jnp.shape(query.similarity))
-        chosen_high = _first_members(priority, in_high, take_high)
-        chosen_rest = _first_members(priority, in_rest, take_rest)
-        return chosen_high | chosen_rest
+        # Both draws in one select: they are independent given the stratum.
+        chosen = _first_members(
+            priority,
+            jnp.stack([in_high, in_rest]),
+            jnp.stack([take_high, take_rest]),
+        )
+        return chosen[0] | chosen[1]
 
     return anchors
 

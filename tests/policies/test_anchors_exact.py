@@ -113,3 +113,23 @@ def test_first_members_equal_the_double_argsort(seed, pool, count):
     got = np.asarray(jax.jit(_first_members)(priority, eligible, count))
     want = np.asarray((_reference_ranks(priority, eligible) < count) & eligible)
     np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    pool=st.sampled_from([1, 7, 200]),
+    rows=st.integers(1, 3),
+)
+def test_stacked_selections_equal_one_call_per_row(seed, pool, rows):
+    # The stratified sampler draws both strata in one stacked call.
+    rng = np.random.default_rng(seed)
+    special = rng.choice(_SPECIAL, size=pool)
+    priority = np.where(rng.uniform(size=pool) < 0.3, special, rng.normal(size=pool))
+    priority = jnp.asarray(priority, jnp.float32)
+    members = jnp.asarray(rng.uniform(size=(rows, pool)) < 0.6)
+    counts = jnp.asarray(rng.integers(-1, pool + 2, size=rows), jnp.int32)
+    stacked = np.asarray(jax.jit(_first_members)(priority, members, counts))
+    for row in range(rows):
+        alone = np.asarray(_first_members(priority, members[row], counts[row]))
+        np.testing.assert_array_equal(stacked[row], alone)
