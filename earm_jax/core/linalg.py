@@ -97,31 +97,37 @@ def unpack_lower(packed: ArrayLike, dim: int, axis: int = 0) -> Array:
 
 def _cholesky_solve(entry, h, dim: int, l2: float) -> Array:
     """The unrolled Cholesky solve; ``entry(i, j)`` gives ``G[i, j]``, i >= j."""
+    # Divisions by the diagonal, not products with its reciprocal square
+    # root: XLA duplicates cheap elementwise chains into every consumer, and
+    # with products the 9 outputs of the back substitution each recomputed
+    # both substitutions from ~46 arrays; a division is "expensive" to XLA,
+    # so every entry of the factor and of both substitutions is computed
+    # once (700 -> 455 array reads at D = 9; the batched step 1.27x faster
+    # on CPU, issue 12). Also slightly more accurate than rsqrt.
     lower = [[None] * dim for _ in range(dim)]
-    inverse_diagonal = [None] * dim
+    diagonal = [None] * dim
     for j in range(dim):
         total = entry(j, j) + l2
         for k in range(j):
             total = total - lower[j][k] * lower[j][k]
-        inverse = jax.lax.rsqrt(jnp.maximum(total, 1e-30))
-        inverse_diagonal[j] = inverse
+        diagonal[j] = jnp.sqrt(jnp.maximum(total, 1e-30))
         for i in range(j + 1, dim):
             total = entry(i, j)
             for k in range(j):
                 total = total - lower[i][k] * lower[j][k]
-            lower[i][j] = total * inverse
+            lower[i][j] = total / diagonal[j]
     forward = [None] * dim
     for i in range(dim):
         total = h[i]
         for k in range(i):
             total = total - lower[i][k] * forward[k]
-        forward[i] = total * inverse_diagonal[i]
+        forward[i] = total / diagonal[i]
     solution = [None] * dim
     for i in reversed(range(dim)):
         total = forward[i]
         for k in range(i + 1, dim):
             total = total - lower[k][i] * solution[k]
-        solution[i] = total * inverse_diagonal[i]
+        solution[i] = total / diagonal[i]
     return jnp.stack(solution, axis=0)
 
 
