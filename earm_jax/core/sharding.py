@@ -19,14 +19,28 @@ Typical use (``S`` divisible by the number of devices)::
 
 On one host, test with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``
 (CPU devices). **Multi-host** (several processes, e.g. one per GPU node): call
-``jax.distributed.initialize()`` first in every process (coordinator address,
-process count and id from the cluster or arguments); then ``jax.devices()`` is
-the global device list and :func:`stream_mesh` spans all hosts. Each process
-builds only its own streams (``S / process_count`` of them, in process order)
-and :func:`shard_streams` assembles the global arrays with
+``jax.distributed.initialize(coordinator_address, num_processes, process_id)``
+first in every process; then ``jax.devices()`` is the global device list and
+:func:`stream_mesh` spans all hosts. Each process builds only its own streams
+(process ``i`` of ``P`` holds streams ``[i S / P, (i + 1) S / P)``) and
+:func:`shard_streams` assembles the global arrays with
 ``jax.make_array_from_process_local_data``; outputs stay distributed, and
-``jax.experimental.multihost_utils.process_allgather`` brings results to every
-host when needed (or read ``array.addressable_shards`` locally).
+``jax.experimental.multihost_utils.process_allgather(x, tiled=True)`` brings
+results to every host when needed (or read ``array.addressable_shards``
+locally). ``examples/multihost_run_batch.py`` does all of this on CPU devices;
+two processes of 2 devices each on one machine (``tests/core/test_multihost.py``
+runs them and checks the scores against one process's ``run_batch``)::
+
+    python examples/multihost_run_batch.py --coordinator 127.0.0.1:12345 \
+        --num-processes 2 --process-id 0 --out summary.json &
+    python examples/multihost_run_batch.py --coordinator 127.0.0.1:12345 \
+        --num-processes 2 --process-id 1
+
+On several hosts, start one such process per host: ``--coordinator`` is
+``HOST:PORT`` of process 0's host (it listens there; the others must reach it),
+the same on every host, as is ``--num-processes``; ``--process-id`` is 0 on that
+host and 1, 2, ... on the others. CPU processes gather over gloo, JAX's default
+CPU collectives (``jax_cpu_collectives_implementation``).
 """
 
 from __future__ import annotations
