@@ -64,6 +64,9 @@ from earm_jax.policies import constant_budget, stratified_anchors  # noqa: E402
 SECTIONS = ("throughput", "latency", "numpy", "surprise", "roofline")
 # The frozen step of commit c45063e, run side by side with the current one.
 BASELINE = baseline_c45063e.register()
+# The current incremental step with ``run_batch(..., streams_per_chunk=C)``
+# (``--streams-per-chunk C``): a throughput row at every S above C.
+CHUNKED = "incremental_chunked"
 
 PRESETS = {
     # Small enough for 2 shared CPU cores in a few minutes.
@@ -133,6 +136,7 @@ PRESETS = {
         numpy_rounds=9,
         surprise_streams=2,
         surprise_queries=40,
+        streams_per_chunk=64,
     ),
     # Seconds, for the smoke test: every code path, tiny shapes.
     "smoke": dict(
@@ -155,6 +159,7 @@ PRESETS = {
         numpy_measured=1,
         surprise_streams=1,
         surprise_queries=6,
+        streams_per_chunk=1,
     ),
 }
 
@@ -236,10 +241,15 @@ def hlo_ops(compiled) -> dict:
     }
 
 
-def compiled_run_batch(solver, keys, streams) -> tuple[object, float]:
+def compiled_run_batch(
+    solver, keys, streams, streams_per_chunk: int | None = None
+) -> tuple[object, float]:
     start = time.perf_counter()
     with tracing(solver.config.solver):
-        fn = jax.jit(functools.partial(ej.run_batch, solver)).lower(keys, streams)
+        run = functools.partial(
+            ej.run_batch, solver, streams_per_chunk=streams_per_chunk
+        )
+        fn = jax.jit(run).lower(keys, streams)
     fn = fn.compile()
     return fn, time.perf_counter() - start
 
@@ -258,9 +268,11 @@ def bench_throughput(p: dict, log) -> dict:
         """Compiled ``run_batch`` for one solver and shape, warmed up."""
         streams = simulated(0, memories, pool, p["queries"], num_streams)
         keys = jax.random.split(jax.random.key(1), num_streams)
-        config = solver_config(name, memories, pool, rank, p["queries"])
-        solver = ej.online_solver(config, paper_policy_for(name, pool))
-        fn, compile_s = compiled_run_batch(solver, keys, streams)
+        chunk = p["streams_per_chunk"] if name == CHUNKED else None
+        solver_name = "incremental" if name == CHUNKED else name
+        config = solver_config(solver_name, memories, pool, rank, p["queries"])
+        solver = ej.online_solver(config, paper_policy_for(solver_name, pool))
+        fn, compile_s = compiled_run_batch(solver, keys, streams, chunk)
         first = time.perf_counter()
         _block(fn(keys, streams))
         first_s = time.perf_counter() - first
@@ -307,6 +319,8 @@ def bench_throughput(p: dict, log) -> dict:
     shape = (p["memories"], p["pool"], p["rank"])
     for num_streams in p["streams"]:
         names = [n for n in p["solvers"] if n not in stopped]
+        if p.get("streams_per_chunk") and num_streams > p["streams_per_chunk"]:
+            names.append(CHUNKED)  # the current step in chunks of streams
         prepared = {n: prepare(n, *shape, num_streams) for n in names}
         times = {n: [] for n in names}
         for _ in range(p["repeats"]):
@@ -329,7 +343,7 @@ def bench_throughput(p: dict, log) -> dict:
                 log(f"  {name}: stop the S sweep (one call took {slowest:.1f} s)")
                 stopped.add(name)
         del prepared
-    for name in [n for n in p["solvers"] if n != BASELINE]:  # sweeps: current only
+    for name in [n for n in p["solvers"] if n not in (BASELINE, CHUNKED)]:  # sweeps
         base = (p["memories"], p["pool"], p["rank"])
         sweeps = (
             [("M", (m, base[1], base[2])) for m in p["sweep_memories"]]
@@ -923,6 +937,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--sweep-streams", type=int, default=None)
     parser.add_argument("--layout", choices=["rows", "log"], default="rows")
     parser.add_argument("--block-entries", type=int, default=0)
+    parser.add_argument(
+        "--streams-per-chunk",
+        type=int,
+        default=None,
+        help="also time the current step with run_batch(streams_per_chunk=C) "
+        "at every S above C (throughput section)",
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     LAYOUT.update(layout=args.layout, block_entries=args.block_entries)
@@ -937,6 +958,8 @@ def main(argv: list[str] | None = None) -> dict:
         p["sweep_memories"] = args.sweep_memories
     if args.sweep_streams:
         p["sweep_streams"] = args.sweep_streams
+    if args.streams_per_chunk is not None:
+        p["streams_per_chunk"] = args.streams_per_chunk
 
     def log(message: str) -> None:
         print(message, flush=True)
@@ -992,6 +1015,12 @@ def paired_ratios(payload: dict) -> dict:
             r["S"]: statistics.median(r["ratio_to_baseline_by_round"])
             for r in rows
             if r["solver"] == "incremental" and r.get("ratio_to_baseline_by_round")
+        }
+        # The current step run in chunks of streams, against c45063e's.
+        out["chunked_speedup_by_S_rounds"] = {
+            r["S"]: statistics.median(r["ratio_to_baseline_by_round"])
+            for r in rows
+            if r["solver"] == CHUNKED and r.get("ratio_to_baseline_by_round")
         }
     if "latency" in payload:
         rows = payload["latency"]["rows"]

@@ -36,3 +36,25 @@ def test_bench_solver_smoke_writes_json(tmp_path):
     # The NumPy loop is the same math: completions agree with the JAX run.
     assert row["max_abs_completion_difference"] < 1e-4, row
     assert payload["latency"]["rows"][0]["repeats"] >= 1
+
+
+def test_bench_solver_throughput_times_the_chunked_step_too(tmp_path):
+    payload = bench_solver.main(
+        [
+            "--preset",
+            "smoke",
+            "--sections",
+            "throughput",
+            "--solvers",
+            "incremental",
+            "--streams",
+            "2",
+            "--streams-per-chunk",
+            "1",
+            "--sweep-memories",
+            "--out",
+            str(tmp_path / "throughput.json"),
+        ]
+    )
+    rows = {(r["solver"], r["S"]) for r in payload["throughput"]["rows"]}
+    assert rows == {("incremental", 2), (bench_solver.CHUNKED, 2)}

@@ -81,16 +81,68 @@ def run(
 
 
 def run_batch(
-    solver: OnlineSolver, keys: PRNGKey, streams: Stream
+    solver: OnlineSolver,
+    keys: PRNGKey,
+    streams: Stream,
+    streams_per_chunk: int | None = None,
 ) -> tuple[SolverState, StepInfo]:
-    """``run`` over a leading stream axis ``S`` (``vmap``); ``keys``: shape ``[S]``."""
+    """``run`` over a leading stream axis ``S`` (``vmap``); ``keys``: shape ``[S]``.
+
+    Args:
+      solver: from :func:`~earm_jax.online_solver`.
+      keys: one PRNG key per stream, ``[S]``.
+      streams: a :class:`~earm_jax.base.Stream` with a leading ``S`` axis.
+      streams_per_chunk: ``None`` (default) runs all ``S`` streams as one
+        ``vmap``. An integer ``C`` runs them in consecutive chunks of ``C``
+        (a ``lax.map`` over chunks, each a ``vmap`` of ``C`` streams over all
+        queries; a last chunk of ``S mod C`` runs after them), with the same
+        results. On a CPU this keeps the working set of a step (the
+        statistics are ~0.2 MB per stream at ``M = 1,000``, rank 8) in cache
+        once ``S`` is large: measured on 2 cores at ``S = 1,024``, chunks of
+        64 ran 1.36x faster than one batch (issue 12). Accelerators want the
+        whole batch at once (leave it ``None``).
+
+    Returns:
+      ``(final_states, infos)``, each leaf with a leading ``S`` axis.
+    """
     check_stream(solver, streams, batched=True)
     if jnp.shape(keys)[:1] != jnp.shape(streams.scores)[:1]:
         raise ValueError(
             f"keys must have one key per stream: shape {jnp.shape(keys)} vs "
             f"{jnp.shape(streams.scores)[0]} streams"
         )
-    return jax.vmap(lambda key, stream: run(solver, key, stream))(keys, streams)
+    if streams_per_chunk is not None and (
+        isinstance(streams_per_chunk, bool)
+        or not isinstance(streams_per_chunk, int)
+        or streams_per_chunk < 1
+    ):
+        raise ValueError(
+            "streams_per_chunk must be None or a positive int, "
+            f"got {streams_per_chunk!r}"
+        )
+
+    def batch(keys, streams):
+        return jax.vmap(lambda key, stream: run(solver, key, stream))(keys, streams)
+
+    num_streams = jnp.shape(streams.scores)[0]
+    if streams_per_chunk is None or streams_per_chunk >= num_streams:
+        return batch(keys, streams)
+    num_chunks = num_streams // streams_per_chunk
+    whole = num_chunks * streams_per_chunk
+    chunks = jax.tree.map(
+        lambda leaf: leaf[:whole].reshape(
+            (num_chunks, streams_per_chunk) + leaf.shape[1:]
+        ),
+        (keys, streams),
+    )
+    outputs = jax.lax.map(lambda chunk: batch(*chunk), chunks)
+    outputs = jax.tree.map(
+        lambda leaf: leaf.reshape((whole,) + leaf.shape[2:]), outputs
+    )
+    if whole == num_streams:
+        return outputs
+    rest = batch(*jax.tree.map(lambda leaf: leaf[whole:], (keys, streams)))
+    return jax.tree.map(lambda head, tail: jnp.concatenate([head, tail]), outputs, rest)
 
 
 __all__ = ["check_stream", "run", "run_batch"]

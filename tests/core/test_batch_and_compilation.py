@@ -7,6 +7,7 @@ import functools
 import chex
 import jax
 import numpy as np
+import pytest
 from planted import config_for, planted_stream
 
 import earm_jax as ej
@@ -68,3 +69,42 @@ def test_second_call_with_new_data_does_not_recompile():
         query = jax.tree.map(lambda leaf, t=t: leaf[t], first.queries)
         state, _ = step(jax.random.key(t), state, query, first.scores[t])
     chex.clear_trace_counter()
+
+
+def test_chunked_run_batch_equals_one_batch_and_a_loop_of_chunks():
+    """Chunks of 2 over 5 streams (two whole chunks and a last one of 1)."""
+    streams = [planted_stream(seed, num_queries=12, noise=0.05)[0] for seed in range(5)]
+    config = config_for(streams[0])
+    solver = ej.online_solver(config, ej.paper_policy(pool_size=config.pool_size))
+    keys = jax.random.split(jax.random.key(3), len(streams))
+    stacked = _stack(streams)
+    batch = jax.jit(functools.partial(ej.run_batch, solver))
+    chunked = jax.jit(functools.partial(ej.run_batch, solver, streams_per_chunk=2))
+    whole_states, whole_infos = batch(keys, stacked)
+    chunk_states, chunk_infos = chunked(keys, stacked)
+    # Each chunk is the vmap of its own streams: equal to batching them alone.
+    parts = [batch(keys[i : i + 2], _stack(streams[i : i + 2])) for i in (0, 2, 4)]
+    looped = jax.tree.map(lambda *leaves: np.concatenate(leaves), *parts)
+    for got, want in zip(
+        jax.tree.leaves((chunk_states, chunk_infos)),
+        jax.tree.leaves(looped),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    for got, want in zip(
+        jax.tree.leaves((chunk_states, chunk_infos)),
+        jax.tree.leaves((whole_states, whole_infos)),
+        strict=True,
+    ):
+        assert np.shape(got) == np.shape(want)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5)
+
+
+def test_streams_per_chunk_is_checked():
+    stream, _ = planted_stream(0, num_queries=4)
+    config = config_for(stream)
+    solver = ej.online_solver(config, ej.paper_policy(pool_size=config.pool_size))
+    keys = jax.random.split(jax.random.key(0), 2)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="streams_per_chunk"):
+            ej.run_batch(solver, keys, _stack([stream, stream]), streams_per_chunk=bad)
