@@ -346,10 +346,24 @@ def update(
 
     # 1. Queries of the block, exactly, against the current memories (every
     # memory in a stored row has history: its factors are the effective ones).
-    features = linalg.with_intercept(memory_factors[index]) * entry[..., None]
+    # With x = (1, u) the intercept's row and column of the gram are plain
+    # sums, so the batched dot covers the R x R block only and the [W, K, D]
+    # features with a column of ones are never formed (1.07-1.18x the whole
+    # batched step on CPU, issue 12).
+    factors = memory_factors[index] * entry[..., None]  # [W, K, R]
     targets = jnp.where(mask, value - mean - memory_bias[index], 0.0)
-    gram_q = jnp.einsum("wkd,wke->dew", features, features, precision=hi)
-    rhs_q = jnp.einsum("wkd,wk->dw", features, targets, precision=hi)
+    factor_gram = jnp.einsum("wkd,wke->dew", factors, factors, precision=hi)
+    factor_sums = jnp.sum(factors, axis=1).T  # [R, W]
+    first_row = jnp.concatenate([jnp.sum(entry, axis=1)[None], factor_sums])
+    gram_q = jnp.concatenate(  # [D, D, W]
+        [first_row[None], jnp.concatenate([factor_sums[:, None], factor_gram], 1)]
+    )
+    rhs_q = jnp.concatenate(  # [D, W]
+        [
+            jnp.sum(targets, axis=1)[None],
+            jnp.einsum("wkd,wk->dw", factors, targets, precision=hi),
+        ]
+    )
     solution = _solve_batch_last(gram_q, rhs_q, l2)  # [D, W]
     new_bias = jnp.where(valid, solution[0], old_bias)
     new_factors = jnp.where(valid[:, None], solution[1:].T, old_factors)
