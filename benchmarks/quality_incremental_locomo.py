@@ -7,6 +7,7 @@ conversations. Writes JSON (machine, versions, command) and prints a table.
 
     python benchmarks/quality_incremental_locomo.py --data ../shared/data/locomo \
         --out benchmarks/results/quality_incremental_conversations.json
+        [--noise 0.3] [--graded 0.5]
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--als-sweeps", type=int, default=3)
     parser.add_argument("--refresh-rows", type=int, default=8)
+    parser.add_argument(
+        "--graded",
+        type=float,
+        default=0.0,
+        help="graded stand-in: an on-topic non-evidence candidate scores about G",
+    )
     args = parser.parse_args(argv)
 
     conversations = load_locomo(args.data)
@@ -45,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict:
             conversations,
             embedder,
             setting=args.setting,
-            knobs=EvidenceNoise(args.noise, seed=seed),
+            knobs=EvidenceNoise(args.noise, graded=args.graded, seed=seed),
         )
         for solver in per_solver:
             run = LocomoRunSettings(
