@@ -353,7 +353,9 @@ def _load_note(meta: Mapping[str, Any]) -> str:
     cpus = meta.get("cpu_count") or (meta.get("machine") or {}).get("cpu_count")
     if not load:
         return ""
-    return f"{cpus} CPU cores shared with other jobs, load average {load[0]:.1f}"
+    # The load says whether other jobs shared the cores (a run alone on 2
+    # cores shows about its own 2).
+    return f"{cpus} CPU cores, load average {load[0]:.1f} at the start"
 
 
 def latency_figure(payload: Mapping[str, Any], path: str | Path) -> Path:
@@ -395,6 +397,13 @@ def latency_figure(payload: Mapping[str, Any], path: str | Path) -> Path:
     return _save(figure, path)
 
 
+# bench_solver's row names for the variants of the current step.
+_SOLVER_LABELS = {
+    "incremental_chunked": "incremental, run_batch in chunks of {chunk} streams",
+    "incremental_c45063e": "incremental of commit c45063e",
+}
+
+
 def throughput_figure(payload: Mapping[str, Any], path: str | Path) -> Path:
     """``run_batch`` stream-queries per second against the number of streams
     ``S``, per solver, from a ``bench_solver --sections throughput`` JSON."""
@@ -407,7 +416,9 @@ def throughput_figure(payload: Mapping[str, Any], path: str | Path) -> Path:
             [r["S"] for r in mine],
             [r["stream_queries_per_s"] for r in mine],
             marker=_MARKERS[index],
-            label=solver,
+            label=_SOLVER_LABELS.get(solver, solver).format(
+                chunk=payload.get("config", {}).get("streams_per_chunk")
+            ),
         )
         for r in mine:
             axis.annotate(
@@ -534,11 +545,11 @@ FIGURES = (
     ("quality_incremental_cpu.json", "incremental_vs_als.png", "solvers"),
     # Issue 12: the new incremental step against c45063e's, paired in one run.
     (
-        "solver_cpu_paired_packed.json",
+        "solver_cpu_paired_divide.json",
         "throughput_vs_streams_paired.png",
         "throughput",
     ),
-    ("solver_cpu_paired_packed.json", "latency_vs_history_paired.png", "latency"),
+    ("solver_cpu_paired_divide.json", "latency_vs_history_paired.png", "latency"),
 )
 """(result JSON, figure, kind) drawn by :func:`benchmark_figures`."""
 
