@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
 from benchmarks import bench_solver  # noqa: E402
 
@@ -58,3 +60,49 @@ def test_bench_solver_throughput_times_the_chunked_step_too(tmp_path):
     )
     rows = {(r["solver"], r["S"]) for r in payload["throughput"]["rows"]}
     assert rows == {("incremental", 2), (bench_solver.CHUNKED, 2)}
+
+
+def _script(name: str, *arguments: str) -> subprocess.CompletedProcess:
+    """A benchmark script in its own Python (it sets XLA flags before JAX)."""
+    return subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / name), *arguments],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+TINY = ["--streams", "2", "--memories", "60", "--pool", "16", "--rank", "2"]
+
+
+def test_profile_step_attributes_time_to_operations(tmp_path):
+    out = tmp_path / "profile.json"
+    done = _script("profile_step.py", *TINY, "--queries", "6", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    payload = json.loads(out.read_text())
+    assert payload["top"] and payload["by_kind"]
+    assert all(row["op_name"] is not None and row["ms"] >= 0 for row in payload["top"])
+    assert abs(sum(row["share"] for row in payload["by_kind"]) - 1.0) < 1e-6
+
+
+def test_ab_commits_runs_head_against_the_working_tree(tmp_path):
+    out = tmp_path / "ab.json"
+    done = _script(
+        "ab_commits.py",
+        "HEAD",
+        "WORKTREE",
+        *TINY,
+        "--queries",
+        "6",
+        "--rounds",
+        "2",
+        "--out",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["commit"] for row in rows] == ["HEAD", "WORKTREE"]
+    assert rows[0]["anchors_equal_reference"]
+    assert rows[0]["max_abs_completion_difference"] == 0.0
+    assert len(rows[1]["speedup_vs_reference_by_round"]) == 2
