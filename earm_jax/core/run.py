@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 import jax
 import jax.numpy as jnp
 
@@ -111,15 +113,17 @@ def run_batch(
             f"keys must have one key per stream: shape {jnp.shape(keys)} vs "
             f"{jnp.shape(streams.scores)[0]} streams"
         )
-    if streams_per_chunk is not None and (
-        isinstance(streams_per_chunk, bool)
-        or not isinstance(streams_per_chunk, int)
-        or streams_per_chunk < 1
-    ):
-        raise ValueError(
-            "streams_per_chunk must be None or a positive int, "
-            f"got {streams_per_chunk!r}"
-        )
+    if streams_per_chunk is not None:
+        if (
+            isinstance(streams_per_chunk, bool)
+            or not isinstance(streams_per_chunk, numbers.Integral)
+            or streams_per_chunk < 1
+        ):
+            raise ValueError(
+                "streams_per_chunk must be None or a positive int, "
+                f"got {streams_per_chunk!r}"
+            )
+        streams_per_chunk = int(streams_per_chunk)  # e.g. from a NumPy integer
 
     def batch(keys, streams):
         return jax.vmap(lambda key, stream: run(solver, key, stream))(keys, streams)

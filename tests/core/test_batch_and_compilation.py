@@ -108,3 +108,10 @@ def test_streams_per_chunk_is_checked():
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="streams_per_chunk"):
             ej.run_batch(solver, keys, _stack([stream, stream]), streams_per_chunk=bad)
+    # Any integer type will do (traced shapes only, nothing compiled).
+    shapes = jax.eval_shape(
+        functools.partial(ej.run_batch, solver, streams_per_chunk=np.int64(1)),
+        keys,
+        _stack([stream, stream]),
+    )
+    assert shapes[1].scores.shape[0] == 2
