@@ -21,6 +21,7 @@ import argparse
 import functools
 import importlib
 import io
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,6 +36,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from benchmarks._common import metadata, write_json  # noqa: E402
+from benchmarks.bench_solver import simulated  # noqa: E402
 
 WORKTREE = "WORKTREE"
 
@@ -78,40 +80,13 @@ def export_package(commit: str, into: Path) -> str:
     return name
 
 
-def simulated_streams(lib, memories: int, pool: int, queries: int, streams: int):
-    config = lib.eval.simulate.SimConfig(
-        num_memories=memories, num_queries=queries, pool_size=pool
-    )
-    return jax.jit(lib.eval.simulate.make_streams, static_argnums=(1, 2))(
-        jax.random.key(0), config, streams
-    )
-
-
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("commits", nargs="+", help="the first is the reference")
-    parser.add_argument("--streams", type=int, default=64)
-    parser.add_argument("--memories", type=int, default=1000)
-    parser.add_argument("--pool", type=int, default=200)
-    parser.add_argument("--rank", type=int, default=8)
-    parser.add_argument("--queries", type=int, default=40)
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--out", default=None)
-    args = parser.parse_args(argv)
-    if len(args.commits) < 2:
-        parser.error("argument commits: give at least two (reference first)")
-
-    folder = Path(tempfile.mkdtemp(prefix="earm_ab_"))
-    sys.path.insert(0, str(folder))
+def compile_all(args, folder: Path, base_streams, keys):
+    """Each commit's package exported, imported and its ``run_batch`` compiled."""
     compiled, outputs, names = {}, {}, []
     for commit in args.commits:
         name = export_package(commit, folder)
         lib = importlib.import_module(name)
-        importlib.import_module(f"{name}.eval.simulate")
-        streams = simulated_streams(
-            lib, args.memories, args.pool, args.queries, args.streams
-        )
-        keys = jax.random.split(jax.random.key(1), args.streams)
+        streams = lib.Stream(*base_streams)
         config = lib.SolverConfig(
             num_memories=args.memories,
             capacity=args.queries,
@@ -134,6 +109,34 @@ def main(argv: list[str] | None = None) -> dict:
             f"{text.count(' fusion(')} fusions",
             flush=True,
         )
+    return compiled, outputs, names
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("commits", nargs="+", help="the first is the reference")
+    parser.add_argument("--streams", type=int, default=64)
+    parser.add_argument("--memories", type=int, default=1000)
+    parser.add_argument("--pool", type=int, default=200)
+    parser.add_argument("--rank", type=int, default=8)
+    parser.add_argument("--queries", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    if len(args.commits) < 2:
+        parser.error("argument commits: give at least two (reference first)")
+
+    # One set of streams and keys (the working tree's simulator) for every
+    # commit: the commits differ only in the step.
+    base_streams = simulated(0, args.memories, args.pool, args.queries, args.streams)
+    keys = jax.random.split(jax.random.key(1), args.streams)
+    folder = Path(tempfile.mkdtemp(prefix="earm_ab_"))
+    sys.path.insert(0, str(folder))
+    try:
+        compiled, outputs, names = compile_all(args, folder, base_streams, keys)
+    finally:  # every module is loaded and every program compiled by now
+        sys.path.remove(str(folder))
+        shutil.rmtree(folder, ignore_errors=True)
 
     times: dict[str, list[float]] = {commit: [] for commit in names}
     for _ in range(args.rounds):
