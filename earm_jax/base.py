@@ -74,6 +74,10 @@ class Stream(NamedTuple):
       relevant_memories: ``bool[T, M]`` optional ground truth over every memory
         row, in the pool or not (labels for search expansion, DESIGN §2.8);
         ``None`` where unknown.
+      memory_embeddings: ``float32[M, D]`` optional unit embeddings of the
+        memories (side information); ``None`` where not kept.
+      query_embeddings: ``float32[T, D]`` optional unit embeddings of the
+        queries, with ``memory_embeddings``.
     """
 
     queries: Query
@@ -83,6 +87,8 @@ class Stream(NamedTuple):
     num_relevant: Array | None = None
     category: Array | None = None
     relevant_memories: Array | None = None
+    memory_embeddings: Array | None = None
+    query_embeddings: Array | None = None
 
 
 NOT_INSERTED = 2**31 - 1

@@ -48,3 +48,30 @@ def conversations(locomo_path: Path):
     from earm_jax.locomo import load_locomo
 
     return load_locomo(locomo_path)
+
+
+@pytest.fixture(scope="session")
+def trained_scorer(locomo_path: Path, embedding_cache_dir: Path, tmp_path_factory):
+    """A cross-encoder trained for seconds on a slice of two conversations with
+    two folds (cross-fitted), its held-out pools scored into a score cache:
+    a real model folder for code-path tests, not a useful ranker.
+
+    Returns ``(folder, score cache path, manifest)``.
+    """
+    from earm_jax.jobs.train_scorer import TrainScorerJob, run_train_scorer
+    from earm_jax.scoring.cross_encoder_training import TrainingSettings
+
+    root = tmp_path_factory.mktemp("trained-scorer")
+    job = TrainScorerJob(
+        data=str(locomo_path),
+        out=str(root / "scorer"),
+        conversations=("26", "30"),
+        limit=4,
+        folds=2,
+        validation_fraction=0.5,
+        training=TrainingSettings(max_steps=2, group_size=6, groups_per_step=2),
+        cache_dir=str(embedding_cache_dir),
+        score_cache=str(root / "scores.sqlite"),
+    )
+    manifest = run_train_scorer(job)
+    return root / "scorer", root / "scores.sqlite", manifest

@@ -98,7 +98,11 @@ def locomo(
         str, typer.Option(help="Memory settings: turns, observations (comma list).")
     ] = "turns",
     scorer: Annotated[
-        str, typer.Option(help="evidence (stand-in) or vllm.")
+        str,
+        typer.Option(
+            help="evidence (stand-in), cross-encoder (a local model folder, e.g. "
+            "from `earm train-scorer`) or vllm (a server)."
+        ),
     ] = "evidence",
     noise: Annotated[
         str, typer.Option(help="Evidence scorer noise (comma list).")
@@ -127,7 +131,23 @@ def locomo(
     base_url: Annotated[
         str | None, typer.Option(help="vLLM server for --scorer vllm.")
     ] = None,
-    scorer_model: Annotated[str | None, typer.Option(help="Served model name.")] = None,
+    scorer_model: Annotated[
+        str | None,
+        typer.Option(
+            help="cross-encoder: the model or trained-scorer folder; vllm: the "
+            "served model name."
+        ),
+    ] = None,
+    scorer_dtype: Annotated[
+        str, typer.Option(help="cross-encoder: float32 or bfloat16 (faster).")
+    ] = "float32",
+    allow_in_sample: Annotated[
+        bool,
+        typer.Option(
+            help="cross-encoder: also score conversations the model was trained "
+            "on (refused by default: their scores flatter it)."
+        ),
+    ] = False,
     scorer_mode: Annotated[
         str, typer.Option(help="yesno | rerank | chat | text.")
     ] = "yesno",
@@ -199,10 +219,17 @@ def locomo(
                 f"--memories must be turns or observations, got {setting!r}",
                 "e.g. --memories turns,observations",
             )
-    if scorer not in ("evidence", "vllm"):
+    if scorer not in ("evidence", "vllm", "cross-encoder"):
         raise UserError(
-            f"--scorer must be evidence or vllm, got {scorer!r}",
-            "use --scorer evidence (stand-in, no server) or --scorer vllm",
+            f"--scorer must be evidence, cross-encoder or vllm, got {scorer!r}",
+            "use --scorer evidence (stand-in), cross-encoder (a local model "
+            "folder) or vllm (a server)",
+        )
+    if scorer == "cross-encoder" and scorer_model is None:
+        raise UserError(
+            "--scorer cross-encoder needs --scorer-model DIR",
+            "pass a folder written by `earm train-scorer` (or any one-label "
+            "cross-encoder folder)",
         )
     if scorer == "vllm" and (base_url is None or scorer_model is None):
         raise UserError(
@@ -235,6 +262,8 @@ def locomo(
         base_url=base_url,
         scorer_model=scorer_model,
         scorer_mode=scorer_mode,
+        scorer_dtype=scorer_dtype,
+        allow_in_sample=allow_in_sample,
         score_cache=str(score_cache) if score_cache else None,
         answer=answer,
         answer_base_url=answer_base_url,
@@ -276,6 +305,18 @@ def locomo(
             )
         for line in output.expansion_lines(run):
             console.print(line, markup=False)
+        quality = run.get("scorer_quality")
+        if quality is not None and quality.get("auc") is not None:
+            k = job.ks[0]
+            recall = quality[f"recall@{k}"]
+            console.print(
+                f"the scorer itself: AUC {quality['auc']:.3f} (similarity "
+                f"{quality['auc_similarity']:.3f}), Full Recall@{k} "
+                f"{recall['full']:.3f} vs Semantic {recall['semantic']:.3f} "
+                f"(oracle {recall['oracle']:.3f}), calibration error "
+                f"{quality['reliability']['ece']:.3f}",
+                markup=False,
+            )
     console.print(payload["scorer_note"], markup=False)
     faults = payload["data_faults"]
     console.print(
@@ -299,6 +340,22 @@ def _run(job, progress):
     from earm_jax.jobs.locomo import run_locomo_job
 
     kinds: tuple[type[BaseException], ...] = ()
+    if job.scorer == "cross-encoder":
+        from earm_jax.scoring.scorer_manifest import InSampleError
+
+        with user_errors(
+            "install the extra: pip install 'earm_jax[embed]'", ImportError
+        ):
+            with user_errors(
+                "check --scorer-model: a folder written by `earm train-scorer` or a "
+                "one-label cross-encoder folder"
+            ):
+                with user_errors(
+                    "evaluate on conversations the scorer never saw, or pass "
+                    "--allow-in-sample",
+                    InSampleError,
+                ):
+                    return run_locomo_job(job, progress=progress)
     if job.scorer == "vllm":
         with user_errors(
             "install the client: pip install 'earm_jax[vllm]'", ImportError

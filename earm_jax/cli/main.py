@@ -11,7 +11,15 @@ import sys
 
 import typer
 
-from earm_jax.cli import locomo, notebook, plots, retriever, serve_scorer, simulate
+from earm_jax.cli import (
+    locomo,
+    notebook,
+    plots,
+    retriever,
+    serve_scorer,
+    simulate,
+    train_scorer,
+)
 from earm_jax.cli.errors import UserError
 
 try:  # typer >= 0.20 carries its own click
@@ -32,6 +40,7 @@ serve_scorer.register(app)
 notebook.register(app)
 plots.register(app)
 retriever.register(app)
+train_scorer.register(app)
 
 
 def _usage_line(error: UsageError) -> str:

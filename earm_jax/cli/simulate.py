@@ -13,6 +13,10 @@ from earm_jax.cli.errors import UserError, user_errors
 from earm_jax.cli.options import CallBudget, Preset, Resamples
 from earm_jax.jobs.metadata import provenance, write_json
 
+PROFILE_NOTE = (
+    "Scorer: answers drawn from a trained scorer's measured profile (by relevance "
+    "and similarity rank, with its memory and query correlation), not an LLM"
+)
 EVIDENCE_NOTE = (
     "Scorer: simulated (truth + noise + miscalibration), not an LLM. "
     "Streams: synthetic (earm_jax.eval.simulate)."
@@ -69,6 +73,14 @@ def simulate(
         Path | None,
         typer.Option(help="Rerun with the config recorded in an earlier JSON."),
     ] = None,
+    scorer_profile: Annotated[
+        Path | None,
+        typer.Option(
+            help="Draw the scorer's answers from a measured profile (the "
+            "profile-*.json `earm train-scorer` writes) instead of truth + noise; "
+            "--scorer-noise and --wrong-rate then have no effect."
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option(help="No progress lines (stderr).")] = False,
 ) -> None:
     """Run all seven policies on simulated streams and print policy x metric."""
@@ -107,6 +119,7 @@ def simulate(
                     semantic_gap=semantic_gap,
                     wrong_rate=wrong_rate,
                 ),
+                scorer_profile=_read_profile(scorer_profile),
             )
     progress = Progress(enabled=not quiet)
     progress.note(
@@ -138,12 +151,21 @@ def simulate(
     )
     for line in output.expansion_lines(summary):
         console.print(line, markup=False)
-    console.print(EVIDENCE_NOTE, markup=False)
+    if settings.scorer_profile is not None:
+        source = settings.scorer_profile.get("source", {})
+        console.print(
+            f"{PROFILE_NOTE} (measured on {source.get('measured_on', 'unknown')})",
+            markup=False,
+        )
+    else:
+        console.print(EVIDENCE_NOTE, markup=False)
     payload = {
         "config": settings.to_json(),
         "seeds": [settings.seed],
         **provenance(),
-        "scorer": "simulated stand-in (not an LLM)",
+        "scorer": "simulated stand-in (not an LLM)"
+        if settings.scorer_profile is None
+        else "answers drawn from a measured scorer profile",
         "seconds": timing["seconds"],
         **summary,
     }
@@ -164,6 +186,27 @@ def simulate(
             f"{settings.pool_size} (simulated scorer, not an LLM)",
         )
         console.print(f"wrote {plot}")
+
+
+def _read_profile(path: Path | None) -> dict | None:
+    """The profile JSON, or a one-line error naming what is wrong."""
+    if path is None:
+        return None
+    from earm_jax.eval.scorer_profile import profile_from_json
+
+    fix = "give a profile-*.json written by `earm train-scorer`"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError) as error:
+        raise UserError(
+            f"--scorer-profile {str(path)!r} cannot be read: {error}", fix
+        ) from error
+    with user_errors(fix):
+        try:
+            profile_from_json(data)
+        except ValueError as error:
+            raise ValueError(f"--scorer-profile {str(path)!r}: {error}") from error
+    return data
 
 
 def _settings_from_json(path: Path):

@@ -43,6 +43,13 @@ The generative model, per stream (all draws from the stream's own key):
    \text{scorer\_noise}\,\xi, 0, 1)` with :math:`\gamma` = ``scorer_exponent``
    (a monotone miscalibration), then with probability ``wrong_rate`` the answer
    is confidently wrong: :math:`1 - y`.
+8. **Side information** (only with ``SimConfig.embedding_dim = D > 0``): unit
+   embeddings of every memory and query, as a text encoder would give them.
+   The first ``latent_dim`` dimensions hold the factors scaled by a fixed
+   random :math:`s_d` (so the cosine of two embeddings weighs the relevance
+   dimensions unevenly and a learned diagonal metric recovers the logit), mixed
+   with independent noise in every dimension; ``side_information`` sets the
+   share of signal.
 
 Knobs (:class:`SimKnobs`; each may differ per stream without recompiling):
 
@@ -77,6 +84,8 @@ knob                    default  what it models
                                  (monotone: the noise-free ranking is unchanged)
 ``wrong_rate``          0.02     probability an answer is confidently wrong
                                  (``1 - y``), e.g. a misread memory
+``side_information``    0.7      share of the embeddings that is signal (step 8;
+                                 0 = the texts say nothing about relevance)
 ======================  =======  ==============================================
 
 At the defaults (``SimConfig()``, 16 streams, key 0) the pool holds 0.90 of the
@@ -107,6 +116,7 @@ import jax
 import jax.numpy as jnp
 
 from earm_jax.base import Query, Stream
+from earm_jax.eval.scorer_profile import ScorerProfile, profile_answers
 from earm_jax.types import Array, ArrayLike, PRNGKey
 
 
@@ -121,12 +131,15 @@ class SimConfig(NamedTuple):
       num_queries: ``T``, queries per stream.
       pool_size: ``N``, candidates retrieved per query (``N <= M``).
       latent_dim: the largest ``true_rank`` a knob may ask for (the factor width).
+      embedding_dim: ``D`` of the text-like side information (step 8); 0: the
+        streams carry no embeddings.
     """
 
     num_memories: int = 2000
     num_queries: int = 100
     pool_size: int = 200
     latent_dim: int = 16
+    embedding_dim: int = 0
 
 
 class SimKnobs(NamedTuple):
@@ -149,6 +162,7 @@ class SimKnobs(NamedTuple):
     scorer_noise: ArrayLike = 0.1
     scorer_exponent: ArrayLike = 1.0
     wrong_rate: ArrayLike = 0.02
+    side_information: ArrayLike = 0.7
 
 
 _INT_KNOBS = frozenset({"true_rank", "relevant_per_query"})
@@ -176,6 +190,11 @@ class SimDetails(NamedTuple):
 def _validate(config: SimConfig) -> None:
     if config.num_memories < 1 or config.num_queries < 1 or config.latent_dim < 1:
         raise ValueError(f"SimConfig sizes must be positive, got {config}")
+    if config.embedding_dim < 0 or (0 < config.embedding_dim < config.latent_dim):
+        raise ValueError(
+            "embedding_dim must be 0 (none) or at least latent_dim "
+            f"({config.latent_dim}), got {config.embedding_dim}"
+        )
     if not 2 <= config.pool_size <= config.num_memories:
         raise ValueError(
             f"pool_size must be in [2, num_memories], got {config.pool_size} "
@@ -228,9 +247,13 @@ def _split_draws(sampler, key: PRNGKey, **shapes: tuple[int, ...]) -> dict:
 
 
 def _make_stream(
-    key: PRNGKey, config: SimConfig, knobs: SimKnobs
+    key: PRNGKey,
+    config: SimConfig,
+    knobs: SimKnobs,
+    profile: ScorerProfile | None = None,
 ) -> tuple[Stream, SimDetails]:
     """One stream; every knob leaf is a scalar here (``vmap`` adds the ``S`` axis)."""
+    profile_key = jax.random.fold_in(key, 7)
     num_memories, num_queries = config.num_memories, config.num_queries
     pool_size, latent_dim = config.pool_size, config.latent_dim
     normal_key, uniform_key = jax.random.split(key)
@@ -322,6 +345,12 @@ def _make_stream(
     )
     is_wrong = uniform["wrong"] < knobs.wrong_rate
     answer = jnp.where(is_wrong, 1.0 - answer, answer)
+    if profile is not None:
+        # A measured scorer instead: its answer distributions by relevance and
+        # similarity rank, with its memory- and query-level correlation.
+        answer = profile_answers(
+            profile_key, profile, pool_relevant, candidates, num_memories
+        )
     answer = jnp.where(valid, answer, 0.0).astype(jnp.float32)
 
     in_pool = pool_relevant.sum(axis=-1, dtype=jnp.int32)
@@ -330,6 +359,15 @@ def _make_stream(
         in_pool.astype(jnp.float32) / jnp.maximum(num_relevant, 1).astype(jnp.float32),
         0.0,
     )
+    memory_embeddings = query_embeddings = None
+    if config.embedding_dim:
+        memory_embeddings, query_embeddings = _side_information(
+            jax.random.fold_in(key, 8),
+            memory_factors,
+            query_factors,
+            config.embedding_dim,
+            knobs.side_information,
+        )
     stream = Stream(
         queries=Query(
             candidates=candidates,
@@ -342,6 +380,8 @@ def _make_stream(
         num_relevant=num_relevant,
         category=(~is_new).astype(jnp.int32),
         relevant_memories=is_relevant,
+        memory_embeddings=memory_embeddings,
+        query_embeddings=query_embeddings,
     )
     details = SimDetails(
         need=need,
@@ -352,11 +392,46 @@ def _make_stream(
     return stream, details
 
 
+def _side_information(
+    key: PRNGKey,
+    memory_factors: Array,
+    query_factors: Array,
+    embedding_dim: int,
+    strength: Array,
+) -> tuple[Array, Array]:
+    """Unit embeddings whose diagonal metric holds the relevance structure.
+
+    The factors enter the first ``latent_dim`` dimensions scaled by a fixed
+    random ``s_d`` (log-normal), so the plain cosine of two embeddings weighs
+    the factor dimensions by ``s_d**2`` while the relevance logit weighs them
+    equally: a learned diagonal metric (``1 / s_d**2``) recovers what cosine
+    distorts. ``strength`` mixes that signal with independent noise in every
+    dimension (0: the embeddings carry nothing; 1: all of it).
+    """
+    latent_dim = memory_factors.shape[-1]
+    scale_key, memory_key, query_key = jax.random.split(key, 3)
+    scales = jnp.exp(0.75 * jax.random.normal(scale_key, (latent_dim,)))
+
+    def embed(factors: Array, noise_key: PRNGKey) -> Array:
+        signal = factors * scales[None, :]
+        signal = signal / jnp.maximum(
+            jnp.linalg.norm(signal, axis=-1, keepdims=True), 1e-6
+        )
+        padded = jnp.pad(signal, ((0, 0), (0, embedding_dim - latent_dim)))
+        noise = jax.random.normal(noise_key, padded.shape) / math.sqrt(embedding_dim)
+        share = jnp.clip(strength, 0.0, 1.0)
+        mixed = share * padded + jnp.sqrt(1.0 - share**2) * noise
+        return mixed / jnp.maximum(jnp.linalg.norm(mixed, axis=-1, keepdims=True), 1e-6)
+
+    return embed(memory_factors, memory_key), embed(query_factors, query_key)
+
+
 def make_streams_with_details(
     key: PRNGKey,
     config: SimConfig,
     num_streams: int,
     knobs: SimKnobs | None = None,
+    profile: ScorerProfile | None = None,
 ) -> tuple[Stream, SimDetails]:
     """Like :func:`make_streams`, also returning the hidden :class:`SimDetails`.
 
@@ -367,6 +442,10 @@ def make_streams_with_details(
       num_streams: ``S`` (a Python int, static).
       knobs: :class:`SimKnobs`; leaves are scalars or ``(S,)`` arrays. ``None``
         means the defaults.
+      profile: a measured scorer's :class:`~earm_jax.eval.scorer_profile.ScorerProfile`;
+        when given, the answers are drawn from it (``scorer_noise``,
+        ``scorer_exponent`` and ``wrong_rate`` then have no effect); ``None``:
+        the simulated scorer of step 7.
 
     Returns:
       ``(stream, details)``, every leaf with a leading ``S`` axis.
@@ -381,7 +460,9 @@ def make_streams_with_details(
     stream_keys = jax.vmap(lambda s: jax.random.fold_in(key, s))(
         jnp.arange(num_streams, dtype=jnp.uint32)
     )
-    return jax.vmap(lambda k, kn: _make_stream(k, config, kn))(stream_keys, knobs)
+    return jax.vmap(lambda k, kn: _make_stream(k, config, kn, profile))(
+        stream_keys, knobs
+    )
 
 
 def make_streams(
@@ -389,6 +470,7 @@ def make_streams(
     config: SimConfig,
     num_streams: int,
     knobs: SimKnobs | None = None,
+    profile: ScorerProfile | None = None,
 ) -> Stream:
     """Samples ``S`` independent synthetic streams (see the module docstring).
 
@@ -408,7 +490,7 @@ def make_streams(
     Raises:
       ValueError: for bad sizes or knob shapes (at trace time).
     """
-    stream, _ = make_streams_with_details(key, config, num_streams, knobs)
+    stream, _ = make_streams_with_details(key, config, num_streams, knobs, profile)
     return stream
 
 

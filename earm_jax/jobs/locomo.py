@@ -26,6 +26,15 @@ from earm_jax.locomo.memories import build_memories
 from earm_jax.locomo.report import locomo_summary
 from earm_jax.locomo.streams import build_streams
 
+SCORERS = ("evidence", "vllm", "cross-encoder")
+"""What answers the anchors: the evidence stand-in, a vLLM server, or a local
+cross-encoder folder (``earm train-scorer`` writes one)."""
+
+CROSS_ENCODER_NOTE = (
+    "scores come from the cross-encoder {model} (fold per conversation: {folds}), "
+    "a model trained on LoCoMo evidence, run in this process ({dtype})"
+)
+
 LLM_NOTE = (
     "scores come from the LLM scorer at {url} (model {model}, mode {mode}); a tiny "
     "random-weight test model is real for protocol purposes only, not relevance quality"
@@ -54,6 +63,8 @@ class LocomoJob:
     base_url: str | None = None
     scorer_model: str | None = None
     scorer_mode: str = "yesno"
+    scorer_dtype: str = "float32"
+    allow_in_sample: bool = False
     score_cache: str | None = None
     answer: bool = False
     answer_base_url: str | None = None
@@ -72,6 +83,10 @@ class LocomoJob:
 
     def validate(self) -> None:
         """Raises ``ValueError`` naming the first bad field."""
+        if self.scorer not in SCORERS:
+            raise ValueError(f"scorer must be one of {SCORERS}, got {self.scorer!r}")
+        if self.scorer != "evidence" and not self.scorer_model:
+            raise ValueError(f"scorer {self.scorer!r} needs scorer_model")
         if not self.settings:
             raise ValueError("settings must name turns and/or observations")
         if not self.ks or any(k < 1 for k in self.ks):
@@ -171,7 +186,7 @@ def _embed_conversations(
             )
 
 
-def _llm_scorer(job: LocomoJob):
+def _llm_scorer(job: LocomoJob) -> PaidScorers:
     from earm_jax.scoring.cache import CachedScorer, ScoreCache
     from earm_jax.scoring.vllm import VllmScorer, VllmScorerConfig
 
@@ -180,7 +195,77 @@ def _llm_scorer(job: LocomoJob):
             base_url=job.base_url, model=job.scorer_model, mode=job.scorer_mode
         )
     )
-    return CachedScorer(scorer, ScoreCache(job.score_cache or ":memory:")), scorer
+    cached = CachedScorer(scorer, ScoreCache(job.score_cache or ":memory:"))
+    return PaidScorers(lambda stream: cached, [scorer], [cached])
+
+
+@dataclasses.dataclass
+class PaidScorers:
+    """The scorer (through the score cache) for each conversation.
+
+    Attributes:
+      for_stream: the cached scorer that scores a stream.
+      inner: the scorers that pay (for counters and closing).
+      cached: their cache wrappers.
+      folds: conversation id -> fold name (cross-encoder folders).
+    """
+
+    for_stream: Callable[[Any], Any]
+    inner: list[Any]
+    cached: list[Any]
+    folds: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def close(self) -> None:
+        for scorer in self.inner:
+            scorer.close()
+        for cached in self.cached:
+            cached.cache.close()
+
+
+def _cross_encoder_scorers(
+    job: LocomoJob, conversations: list[Conversation]
+) -> PaidScorers:
+    """One in-process cross-encoder per fold folder, chosen per conversation by
+    the trained-scorer manifest; a conversation the model trained on is refused
+    unless ``allow_in_sample``."""
+    from earm_jax.locomo.training_data import conversation_digest
+    from earm_jax.scoring.cache import CachedScorer, ScoreCache
+    from earm_jax.scoring.cross_encoder import CrossEncoderScorer, CrossEncoderSettings
+    from earm_jax.scoring.scorer_manifest import InSampleError, open_scorer_folder
+    from earm_jax.store.embeddings import default_cache_dir
+
+    folder = open_scorer_folder(job.scorer_model)
+    choices = {
+        c.sample_id: folder.choose(conversation_digest(c)) for c in conversations
+    }
+    in_sample = sorted(sample for sample, choice in choices.items() if choice.in_sample)
+    if in_sample and not job.allow_in_sample:
+        raise InSampleError(
+            f"the scorer {job.scorer_model} was trained on conversation(s) "
+            f"{', '.join(in_sample)}: their scores would flatter it (pass "
+            "allow_in_sample / --allow-in-sample to score them anyway)"
+        )
+    cache = ScoreCache(job.score_cache or default_cache_dir() / "scores.sqlite")
+    settings = CrossEncoderSettings(dtype=job.scorer_dtype)  # type: ignore[arg-type]
+    by_folder: dict[str, Any] = {}
+    inner = []
+    for choice in choices.values():
+        key = str(choice.folder)
+        if key not in by_folder:
+            scorer = CrossEncoderScorer(choice.folder, settings)
+            inner.append(scorer)
+            by_folder[key] = CachedScorer(scorer, cache)
+    owner = {
+        sample: by_folder[str(choice.folder)] for sample, choice in choices.items()
+    }
+    folds = {
+        sample: (choice.fold or "model") + (" (in sample)" if choice.in_sample else "")
+        for sample, choice in choices.items()
+    }
+    cached = list(by_folder.values())
+    return PaidScorers(
+        lambda stream: owner[stream.meta.sample_id], inner, cached[:1], folds
+    )
 
 
 def _answers(job: LocomoJob, streams, run: LocomoRunSettings, seed: int) -> dict:
@@ -283,25 +368,34 @@ def run_locomo_job(
     """
 
     job.validate()
-    llm = _llm_scorer(job) if job.scorer == "vllm" else None
+    conversations = select_conversations(
+        load_locomo(job.data), job.conversations, job.limit
+    )
+    paid = None
+    if job.scorer == "vllm":
+        paid = _llm_scorer(job)
+    elif job.scorer == "cross-encoder":
+        paid = _cross_encoder_scorers(job, conversations)
     try:
-        return _run_grid(job, on_step, llm, progress or Progress(enabled=False))
+        return _run_grid(
+            job, conversations, on_step, paid, progress or Progress(enabled=False)
+        )
     finally:
-        if llm is not None:
-            llm[1].close()
-            llm[0].cache.close()
+        if paid is not None:
+            paid.close()
 
 
 def _run_grid(
-    job: LocomoJob, on_step: Callable[[str], Any] | None, llm: Any, progress: Progress
+    job: LocomoJob,
+    conversations: list[Conversation],
+    on_step: Callable[[str], Any] | None,
+    paid: PaidScorers | None,
+    progress: Progress,
 ) -> tuple[dict[str, Any], PerQuery]:
     from earm_jax.jobs.metadata import provenance
     from earm_jax.store.embeddings import Embedder
 
     step = on_step or (lambda _: None)
-    conversations = select_conversations(
-        load_locomo(job.data), job.conversations, job.limit
-    )
     embedder = Embedder(job.model, cache_dir=job.cache_dir)
     _embed_conversations(conversations, job.settings, embedder, progress)
     runs: list[dict[str, Any]] = []
@@ -325,6 +419,7 @@ def _run_grid(
             for rank in job.ranks:
                 run_settings = job.run_settings(rank)
                 per_seed = []
+                quality = None
                 for seed in job.seeds:
                     knobs = EvidenceNoise(
                         noise if noise is not None else 0.0,
@@ -340,10 +435,10 @@ def _run_grid(
                         pool_size=job.pool_size,
                         knobs=knobs,
                     )
-                    if llm is not None:
-                        cached, _ = llm
+                    if paid is not None:
                         rescored = []
                         for stream in streams:
+                            cached = paid.for_stream(stream)
                             scores, failures = scorer_scores(stream, cached)
                             progress.note(
                                 f"  scored conversation {stream.meta.sample_id}: "
@@ -362,6 +457,8 @@ def _run_grid(
                             if key not in seen_faults:
                                 seen_faults.add(key)
                                 faults.append(dataclasses.asdict(fault))
+                    if quality is None:
+                        quality = streams_scorer_quality(streams, job.ks)
                     per_seed.append(evaluate_streams(streams, run_settings, seed))
                     step(f"{setting} noise={noise} rank={rank} seed={seed}")
                     progress.step(
@@ -375,10 +472,23 @@ def _run_grid(
                     first = per_query
                 summary = locomo_summary(per_query, job.num_resamples, job.seeds[0])
                 runs.append(
-                    {"setting": setting, "noise": noise, "rank": rank, **summary}
+                    {
+                        "setting": setting,
+                        "noise": noise,
+                        "rank": rank,
+                        **summary,
+                        "scorer_quality": quality,
+                    }
                 )
     if job.scorer == "evidence":
         note = STAND_IN_NOTE
+    elif job.scorer == "cross-encoder":
+        assert paid is not None
+        note = CROSS_ENCODER_NOTE.format(
+            model=job.scorer_model,
+            folds=", ".join(f"{k}: {v}" for k, v in paid.folds.items()),
+            dtype=job.scorer_dtype,
+        )
     else:
         note = LLM_NOTE.format(
             url=job.base_url, model=job.scorer_model, mode=job.scorer_mode
@@ -393,25 +503,65 @@ def _run_grid(
         "runs": runs,
         "data_faults": faults,
     }
-    if llm is not None:
-        counters = llm[1].counters
+    if paid is not None:
         payload["scorer_counters"] = {
-            "pairs_sent": counters.pairs_sent,
+            "pairs_sent": sum(_pairs_sent(scorer) for scorer in paid.inner),
             "failed_pairs_by_reason": scorer_failures,
-            "cache_hits": llm[0].counters.hits,
+            "cache_hits": sum(cached.counters.hits for cached in paid.cached),
         }
+        if paid.folds:
+            payload["scorer_folds"] = paid.folds
     if answers is not None:
         payload["answers"] = answers
     assert first is not None
     return payload, first
 
 
-def _run_title(payload: dict[str, Any], run: dict[str, Any]) -> str:
-    scorer = (
-        "evidence stand-in scorer (not an LLM)"
-        if payload["config"]["scorer"] == "evidence"
-        else f"LLM scorer {payload['config']['scorer_model']}"
+def _pairs_sent(scorer: Any) -> int:
+    counters = getattr(scorer, "counters", None)
+    if counters is not None:
+        return int(counters.pairs_sent)
+    return int(getattr(scorer, "pairs_scored", 0))
+
+
+def streams_scorer_quality(streams: list[Any], ks: tuple[int, ...]) -> dict[str, Any]:
+    """The scorer's own quality on the streams' whole pools (every scorer,
+    the stand-in included, so reports can set them side by side)."""
+    from earm_jax.eval.scorer_quality import scorer_quality
+
+    width = max(s.arrays.scores.shape[1] for s in streams)
+
+    def stacked(name: str, fill: Any) -> np.ndarray:
+        return np.concatenate(
+            [
+                np.pad(
+                    getattr(s.arrays, name),
+                    [(0, 0), (0, width - getattr(s.arrays, name).shape[1])],
+                    constant_values=fill,
+                )
+                for s in streams
+            ]
+        )
+
+    return scorer_quality(
+        stacked("scores", np.nan),
+        stacked("similarity", -np.inf),
+        stacked("relevant", False),
+        stacked("valid", False),
+        np.concatenate([s.arrays.num_relevant for s in streams]),
+        np.concatenate([s.arrays.category for s in streams]),
+        ks=tuple(ks),
     )
+
+
+def _run_title(payload: dict[str, Any], run: dict[str, Any]) -> str:
+    kind = payload["config"]["scorer"]
+    if kind == "evidence":
+        scorer = "evidence stand-in scorer (not an LLM)"
+    elif kind == "cross-encoder":
+        scorer = f"trained cross-encoder {Path(payload['config']['scorer_model']).name}"
+    else:
+        scorer = f"LLM scorer {payload['config']['scorer_model']}"
     noise = f", evidence noise {run['noise']}" if run["noise"] is not None else ""
     return (
         f"LoCoMo {run['setting']}, rank {run['rank']}{noise}: "

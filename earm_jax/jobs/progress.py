@@ -68,10 +68,11 @@ class Progress:
         self.name, self.total, self.done = name, int(total), 0
         self._phase_start = self._last = self.clock()
 
-    def step(self, description: str) -> None:
-        """One step of the phase is done."""
+    def step(self, description: str, done: int | None = None) -> None:
+        """One step of the phase is done (``done``: the phase's count of done
+        steps, where a line stands for several)."""
         now = self.clock()
-        self.done += 1
+        self.done = self.done + 1 if done is None else int(done)
         took, self._last = now - self._last, now
         remaining = max(self.total - self.done, 0)
         eta = (now - self._phase_start) / self.done * remaining

@@ -23,6 +23,7 @@ import numpy as np
 from earm_jax.core.config import SolverConfig
 from earm_jax.eval import report
 from earm_jax.eval.compare import evaluate_policies
+from earm_jax.eval.scorer_profile import ScorerProfile, profile_from_json
 from earm_jax.eval.simulate import SimConfig, SimKnobs, make_streams
 from earm_jax.settings import EarmSettings
 
@@ -38,6 +39,8 @@ class SimulationSettings(EarmSettings):
     where absent). ``seed`` drives streams and anchors. ``expand`` (``E``, 0:
     off) adds the search-expansion policy ``mixed_expand`` with ``E`` slots;
     ``expand_min_score`` is the completion an outside memory needs for one.
+    ``scorer_profile``: a measured scorer's profile (the JSON ``earm
+    train-scorer`` writes); the simulated answers are then drawn from it.
     """
 
     # Measured (8 default streams): 1, 3 and 10 warm-started sweeps per query give
@@ -53,9 +56,12 @@ class SimulationSettings(EarmSettings):
     knobs: dict[str, float] = dataclasses.field(default_factory=dict)
     expand: int = 0
     expand_min_score: float = 0.0
+    scorer_profile: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.scorer_profile is not None:
+            profile_from_json(self.scorer_profile)  # raises naming the field
         if not isinstance(self.expand, int) or self.expand < 0:
             raise ValueError(f"expand must be an int >= 0, got {self.expand!r}")
         for name in ("streams", "queries", "memories", "pool_size"):
@@ -96,6 +102,11 @@ class SimulationSettings(EarmSettings):
     def sim_knobs(self) -> SimKnobs:
         return SimKnobs(**self.knobs)
 
+    def profile(self) -> ScorerProfile | None:
+        if self.scorer_profile is None:
+            return None
+        return profile_from_json(self.scorer_profile)
+
     def stream_solver_config(self) -> SolverConfig:
         """The solver configuration for these streams' shapes."""
         return self.solver_config(self.memories, self.queries, self.pool_size)
@@ -107,11 +118,12 @@ def _compiled_job(shape_json: str) -> Callable:
     settings = SimulationSettings.from_json(json.loads(shape_json))
     config, ks = settings.stream_solver_config(), settings.ks
     sim_config = settings.sim_config()
+    profile = settings.profile()
 
     def job(key, knobs, budget_scale):
         policy = settings.policy(settings.pool_size, budget_scale)
         stream_key, policy_key = jax.random.split(key)
-        streams = make_streams(stream_key, sim_config, settings.streams, knobs)
+        streams = make_streams(stream_key, sim_config, settings.streams, knobs, profile)
         keys = jax.random.split(policy_key, settings.streams)
         adaptive = settings.adaptive_config(settings.pool_size)
         return jax.vmap(

@@ -1,0 +1,151 @@
+"""``earm train-scorer``: fine-tune a relevance cross-encoder on LoCoMo."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from earm_jax.cli.errors import user_errors
+from earm_jax.cli.locomo import resolve_data
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def train_scorer(
+    out: Annotated[Path, typer.Option(help="Output folder (new or empty).")],
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            help="locomo10.json or a folder of per-conversation files "
+            "(default: $EARM_LOCOMO_DATA)."
+        ),
+    ] = None,
+    memories: Annotated[
+        str,
+        typer.Option(help="Memory settings whose pairs train it: turns, observations."),
+    ] = "turns",
+    conversations: Annotated[
+        str, typer.Option(help="Only these conversations, e.g. 26,30 (default: all).")
+    ] = "",
+    limit: Annotated[
+        int, typer.Option(help="First N questions of each conversation (0 = all).")
+    ] = 0,
+    folds: Annotated[
+        int,
+        typer.Option(
+            help="1: one model on all it is given; K > 1: K models on disjoint "
+            "groups of conversations (cross-fitting), each scoring the ones it "
+            "never saw."
+        ),
+    ] = 1,
+    base_model: Annotated[
+        Path | None,
+        typer.Option(help="BERT-like folder to start from (default: bundled MiniLM)."),
+    ] = None,
+    epochs: Annotated[
+        float, typer.Option(help="Passes over the training groups.")
+    ] = 2.0,
+    group_size: Annotated[
+        int, typer.Option(help="Memories per group: 1 relevant + negatives.")
+    ] = 16,
+    hard_negatives: Annotated[
+        int, typer.Option(help="Negatives per group from the most similar ones.")
+    ] = 5,
+    hard_pool: Annotated[
+        int, typer.Option(help="How many most-similar non-evidence count as hard.")
+    ] = 20,
+    learning_rate: Annotated[float, typer.Option(help="Peak AdamW rate.")] = 4e-5,
+    max_length: Annotated[int, typer.Option(help="Tokens per pair.")] = 256,
+    precision: Annotated[
+        str, typer.Option(help="Training compute: bfloat16 or float32.")
+    ] = "bfloat16",
+    scorer_dtype: Annotated[
+        str, typer.Option(help="Scoring held-out pools: float32 or bfloat16.")
+    ] = "float32",
+    max_steps: Annotated[
+        int, typer.Option(help="Stop after this many steps (0: no cap).")
+    ] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of sampling and training.")] = 0,
+    score_cache: Annotated[
+        Path | None,
+        typer.Option(
+            help="SQLite score cache (default: $EARM_CACHE_DIR/scores.sqlite)."
+        ),
+    ] = None,
+    cache_dir: Annotated[
+        Path | None, typer.Option(help="Embedding cache (default $EARM_CACHE_DIR).")
+    ] = None,
+    quiet: Annotated[bool, typer.Option(help="No progress lines (stderr).")] = False,
+) -> None:
+    """Fine-tune a cross-encoder from MiniLM on LoCoMo (question, memory,
+    evidence) pairs; write the model folder(s), a manifest and scorer profiles."""
+    from earm_jax.jobs.progress import Progress
+    from earm_jax.jobs.train_scorer import TrainScorerJob, run_train_scorer
+    from earm_jax.scoring.cross_encoder import CrossEncoderSettings
+    from earm_jax.scoring.cross_encoder_training import TrainingSettings
+
+    data = resolve_data(data)
+    with user_errors("fix the option named above (see `earm train-scorer --help`)"):
+        job = TrainScorerJob(
+            data=str(data),
+            out=str(out),
+            settings=_names(memories),
+            conversations=_names(conversations),
+            limit=limit,
+            folds=folds,
+            base_model=str(base_model) if base_model else None,
+            hard_pool=hard_pool,
+            scoring=CrossEncoderSettings(dtype=scorer_dtype, max_length=max_length),  # type: ignore[arg-type]
+            training=TrainingSettings(
+                epochs=epochs,
+                group_size=group_size,
+                hard_negatives=hard_negatives,
+                learning_rate=learning_rate,
+                max_length=max_length,
+                precision=precision,  # type: ignore[arg-type]
+                max_steps=max_steps,
+                seed=seed,
+            ),
+            cache_dir=str(cache_dir) if cache_dir else None,
+            score_cache=str(score_cache) if score_cache else None,
+        )
+        job.validate()
+    with user_errors(
+        "install the extra: pip install 'earm_jax[embed]'", ModuleNotFoundError
+    ):
+        with user_errors("check --data, --conversations and --folds"):
+            manifest = run_train_scorer(job, Progress(enabled=not quiet))
+
+    def number(value) -> str:
+        return "n/a" if value is None else f"{value:.3f}"
+
+    for fold in manifest["folds"]:
+        quality = fold.get("held_out_quality") or fold["held_back_quality"]
+        where = "held out" if fold.get("held_out_quality") else "held-back questions"
+        for setting, row in quality.items():
+            recall = row["recall@10"]
+            typer.echo(
+                f"{fold['name']} ({where}, {setting}): AUC {number(row['auc'])}, "
+                f"Full Recall@10 {number(recall['full'])} vs Semantic "
+                f"{number(recall['semantic'])} (oracle {number(recall['oracle'])})"
+            )
+    for setting, row in manifest.get("cross_fitted_quality", {}).items():
+        recall = row["recall@10"]
+        typer.echo(
+            f"cross-fitted ({setting}, {row['queries']} questions): AUC "
+            f"{row['auc']:.3f}, Full Recall@10 {recall['full']:.3f} vs Semantic "
+            f"{recall['semantic']:.3f} ({recall['full_minus_semantic']:+.3f}), "
+            f"ECE {row['reliability']['ece']:.3f}"
+        )
+    typer.echo(f"wrote {out} ({len(manifest['folds'])} fold(s), manifest.json)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train-scorer")(train_scorer)
+
+
+__all__ = ["register"]

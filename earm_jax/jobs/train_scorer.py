@@ -1,0 +1,452 @@
+"""The job behind ``earm train-scorer``: a relevance cross-encoder from LoCoMo.
+
+For each fold (``folds=1``: one model on everything it is given; ``folds=K``:
+K models on disjoint groups of conversations, so every conversation is scored
+by a model that never saw it):
+
+1. training groups from the fold's training conversations (a seeded share of
+   their questions is held back for calibration);
+2. listwise fine-tuning of the base model
+   (:mod:`earm_jax.scoring.cross_encoder_training`);
+3. Platt calibration on the held-back questions' whole pools, folded into the
+   model's last layer; the fold folder is written;
+4. with ``K > 1``: the fold's own conversations are scored whole through the
+   in-process scorer and the score cache (so ``earm locomo --scorer
+   cross-encoder`` later scores nothing), and the scorer's quality there is
+   recorded.
+
+The output folder holds ``fold-<k>/`` model folders, ``manifest.json`` (data
+digests, conversations per fold, settings, per-fold metrics, provenance) and a
+scorer profile per memory setting for ``earm simulate --scorer-profile``:
+measured on the cross-fitted pools with ``K > 1``, on the held-back questions
+with one fold.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from earm_jax.eval.scorer_profile import fit_scorer_profile, profile_to_json
+from earm_jax.jobs.locomo import select_conversations, streams_scorer_quality
+from earm_jax.jobs.progress import Progress, duration
+from earm_jax.locomo.data import Conversation, load_locomo
+from earm_jax.locomo.evaluate import scorer_scores, with_scores
+from earm_jax.locomo.streams import LocomoStream, build_streams
+from earm_jax.locomo.training_data import (
+    assign_folds,
+    conversation_digest,
+    pool_pairs,
+    training_groups,
+    validation_questions,
+)
+from earm_jax.scoring.cross_encoder import CrossEncoderScorer, CrossEncoderSettings
+from earm_jax.scoring.cross_encoder_training import (
+    Calibration,
+    TrainingSettings,
+    apply_calibration,
+    fit_platt,
+    load_base_model,
+    model_logits,
+    save_model,
+    train_cross_encoder,
+)
+from earm_jax.scoring.scorer_manifest import MANIFEST_FORMAT, MANIFEST_NAME
+
+CROSS_FITTED = "cross-fitted pools, each scored by a model that never saw it"
+HELD_BACK = "held-back questions of the training conversations"
+SCORE_CACHE_NAME = "scores.sqlite"
+"""The score cache's file name in the cache folder (``$EARM_CACHE_DIR``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainScorerJob:
+    """Everything ``earm train-scorer`` runs (recorded in the manifest).
+
+    Attributes:
+      data: ``locomo10.json`` or a folder of per-conversation files.
+      out: the output folder (must be empty or absent).
+      settings: memory settings whose pairs train the model.
+      conversations: only these sample ids (empty: all).
+      limit: first N questions of categories 1-4 per conversation (0: all).
+      folds: 1 (one model) or K > 1 (cross-fitting).
+      base_model: the BERT-like folder to start from (None: bundled MiniLM).
+      embedding_model: the sentence-transformers folder of the pools
+        (None: bundled MiniLM).
+      pool_size: candidates per question.
+      hard_pool: the most similar non-relevant candidates a question's hard
+        negatives come from.
+      validation_fraction: share of each training conversation's questions
+        held back for calibration.
+      scoring: how held-out pools are scored (dtype, batch).
+      training: the fine-tuning settings.
+      cache_dir: embedding cache (None: the default).
+      score_cache: the SQLite score cache held-out scores go to (None:
+        ``$EARM_CACHE_DIR/scores.sqlite``).
+    """
+
+    data: str
+    out: str
+    settings: tuple[str, ...] = ("turns",)
+    conversations: tuple[str, ...] = ()
+    limit: int = 0
+    folds: int = 1
+    base_model: str | None = None
+    embedding_model: str | None = None
+    pool_size: int = 200
+    hard_pool: int = 20
+    validation_fraction: float = 0.1
+    scoring: CrossEncoderSettings = CrossEncoderSettings()
+    training: TrainingSettings = TrainingSettings()
+    cache_dir: str | None = None
+    score_cache: str | None = None
+
+    def validate(self) -> None:
+        """Raises ``ValueError`` naming the first bad field."""
+        from earm_jax.locomo.memories import SETTINGS
+
+        if not self.settings or any(s not in SETTINGS for s in self.settings):
+            raise ValueError(f"settings must be among {SETTINGS}, got {self.settings}")
+        if (
+            isinstance(self.folds, bool)
+            or not isinstance(self.folds, int)
+            or self.folds < 1
+        ):
+            raise ValueError(f"folds must be an int >= 1, got {self.folds!r}")
+        if self.limit < 0:
+            raise ValueError(f"limit must be >= 0 (0 = all), got {self.limit}")
+        if self.pool_size < 2:
+            raise ValueError(f"pool_size must be >= 2, got {self.pool_size}")
+        if self.hard_pool < 0:
+            raise ValueError(f"hard_pool must be >= 0, got {self.hard_pool}")
+        if not 0.0 < self.validation_fraction < 1.0:
+            raise ValueError(
+                f"validation_fraction must be in (0, 1), got {self.validation_fraction}"
+            )
+        out = Path(self.out)
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise ValueError(f"out {self.out!r} exists and is not an empty folder")
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def file_digests(data: str) -> dict[str, str]:
+    """SHA-256 of each data file (a folder's ``*.json``, or the one file)."""
+    path = Path(data)
+    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+    return {file.name: hashlib.sha256(file.read_bytes()).hexdigest() for file in files}
+
+
+def _entry(conversation: Conversation) -> dict[str, str]:
+    return {"id": conversation.sample_id, "digest": conversation_digest(conversation)}
+
+
+@dataclasses.dataclass
+class _Data:
+    """The conversations, their pools per setting, and lookups."""
+
+    conversations: list[Conversation]
+    streams: dict[str, list[LocomoStream]]
+
+    def stream(self, setting: str, sample: str) -> LocomoStream:
+        index = [c.sample_id for c in self.conversations].index(sample)
+        return self.streams[setting][index]
+
+    def conversation(self, sample: str) -> Conversation:
+        return next(c for c in self.conversations if c.sample_id == sample)
+
+
+@dataclasses.dataclass
+class _Answers:
+    """Calibrated answers on some pools: per setting, per conversation, the
+    ``float32[T, N]`` scores (NaN where not scored)."""
+
+    by_setting: dict[str, dict[str, np.ndarray]]
+
+    def quality(self, data: _Data, setting: str) -> dict[str, Any]:
+        samples = list(self.by_setting[setting])
+        streams = [
+            with_scores(data.stream(setting, sample), self.by_setting[setting][sample])
+            for sample in samples
+        ]
+        return streams_scorer_quality(streams, (10, 20))
+
+    def profile(self, data: _Data, setting: str, source: dict[str, Any]) -> dict:
+        parts: dict[str, list[np.ndarray]] = {
+            "scores": [],
+            "relevant": [],
+            "valid": [],
+            "memory": [],
+            "query": [],
+        }
+        for sample, answers in self.by_setting[setting].items():
+            arrays = data.stream(setting, sample).arrays
+            rows = np.flatnonzero(np.isfinite(answers).any(axis=1))
+            parts["scores"].append(answers[rows])
+            parts["relevant"].append(arrays.relevant[rows])
+            parts["valid"].append(arrays.valid[rows])
+            parts["memory"].append(
+                np.char.add(f"{sample}:", arrays.candidates[rows].astype(str))
+            )
+            parts["query"].append(np.char.add(f"{sample}:", rows.astype(str)))
+        width = max(p.shape[1] for p in parts["scores"])
+
+        def stacked(name: str, fill: Any) -> np.ndarray:
+            pad = [[(0, 0), (0, width - p.shape[1])] for p in parts[name]]
+            return np.concatenate(
+                [
+                    np.pad(p, w, constant_values=fill)
+                    for p, w in zip(parts[name], pad, strict=True)
+                ]
+            )
+
+        profile, counts = fit_scorer_profile(
+            stacked("scores", np.nan),
+            stacked("relevant", False),
+            stacked("valid", False),
+            stacked("memory", ""),
+            np.concatenate(parts["query"]),
+        )
+        return profile_to_json(profile, {**source, "setting": setting, **counts})
+
+
+def _score_pools(
+    scorer: CrossEncoderScorer, stream: LocomoStream, questions: np.ndarray
+) -> np.ndarray:
+    """The chosen questions' whole pools scored (NaN elsewhere)."""
+    answers = np.full(stream.arrays.scores.shape, np.nan, np.float32)
+    pairs = pool_pairs(stream, questions)
+    for (t, position), value in zip(
+        pairs.positions, scorer.score_pairs(pairs.pairs), strict=True
+    ):
+        if value.ok:
+            answers[t, position] = value.value
+    return answers
+
+
+def _train_fold(
+    job: TrainScorerJob,
+    data: _Data,
+    name: str,
+    training_ids: list[str],
+    progress: Progress,
+) -> tuple[Path, dict[str, Any], dict[str, np.ndarray]]:
+    """Trains, calibrates and writes one fold; returns its folder, its
+    manifest entry and the held-back questions of each training conversation."""
+    held_back = {
+        sample: validation_questions(
+            len(data.conversation(sample).queries()),
+            job.validation_fraction,
+            job.training.seed + index,
+        )
+        for index, sample in enumerate(training_ids)
+    }
+    groups = [
+        group
+        for setting in job.settings
+        for sample in training_ids
+        for group in training_groups(
+            data.stream(setting, sample), ~held_back[sample], job.hard_pool
+        )
+    ]
+    steps = job.training.num_steps(len(groups))
+    progress.note(
+        f"{name}: training on {', '.join(training_ids)} ({len(groups)} groups, "
+        f"{steps} steps)"
+    )
+    base = job.base_model or str(_default_base_model())
+    tokenizer, model = load_base_model(base)
+    progress.phase(f"{name} training", steps)
+    every = max(1, steps // 50)
+
+    def on_step(done: int, total: int, loss: float) -> None:
+        if done % every == 0 or done == total:
+            progress.step(f"step {done}/{total}, loss {loss:.3f}", done=done)
+
+    report = train_cross_encoder(tokenizer, model, groups, job.training, on_step)
+    logits, labels = [], []
+    for setting in job.settings:
+        for sample in training_ids:
+            stream = data.stream(setting, sample)
+            pairs = pool_pairs(stream, held_back[sample])
+            logits.append(
+                model_logits(
+                    tokenizer,
+                    model,
+                    pairs.pairs,
+                    max_length=job.training.max_length,
+                    precision=job.training.precision,
+                )
+            )
+            labels.append(
+                np.array([stream.arrays.relevant[t, p] for t, p in pairs.positions])
+            )
+    try:
+        calibration: Calibration | None = fit_platt(
+            np.concatenate(logits), np.concatenate(labels)
+        )
+    except ValueError:  # the held-back pools lack a class (tiny slices)
+        calibration = None
+    else:
+        apply_calibration(model, calibration)
+    folder = save_model(tokenizer, model, Path(job.out) / name, job.training.max_length)
+    entry = {
+        "name": name,
+        "folder": folder.name,
+        "trained_on": [_entry(data.conversation(s)) for s in training_ids],
+        "training_groups": len(groups),
+        "held_back_questions": {s: int(v.sum()) for s, v in held_back.items()},
+        "training": dataclasses.asdict(report),
+        "calibration": None if calibration is None else dataclasses.asdict(calibration),
+    }
+    return folder, entry, held_back
+
+
+def _default_base_model() -> Path:
+    from earm_jax.store.embeddings import default_model_path
+
+    return default_model_path()
+
+
+def run_train_scorer(
+    job: TrainScorerJob, progress: Progress | None = None
+) -> dict[str, Any]:
+    """Trains, calibrates, writes and (with folds) evaluates; returns the manifest.
+
+    Raises:
+      ValueError: a bad field of ``job``, an unknown conversation, more folds
+        than conversations, or no question with a relevant memory.
+    """
+    from earm_jax.jobs.metadata import provenance, write_json
+    from earm_jax.scoring.cache import CachedScorer, ScoreCache
+    from earm_jax.store.embeddings import Embedder, default_cache_dir, model_identity
+
+    job.validate()
+    progress = progress or Progress(enabled=False)
+    started = time.perf_counter()
+    conversations = select_conversations(
+        load_locomo(job.data), job.conversations, job.limit
+    )
+    if job.folds > len(conversations):
+        raise ValueError(
+            f"folds ({job.folds}) must not exceed the conversations "
+            f"({len(conversations)})"
+        )
+    embedder = Embedder(job.embedding_model, cache_dir=job.cache_dir)
+    progress.note(
+        f"pools of {len(conversations)} conversation(s) by {embedder.identity}"
+    )
+    data = _Data(
+        conversations,
+        {
+            setting: build_streams(
+                conversations, embedder, setting=setting, pool_size=job.pool_size
+            )
+            for setting in job.settings
+        },
+    )
+    Path(job.out).mkdir(parents=True, exist_ok=True)
+    everyone = [c.sample_id for c in conversations]
+    held_groups = assign_folds(conversations, job.folds) if job.folds > 1 else [[]]
+    cache_path = job.score_cache or str(default_cache_dir() / SCORE_CACHE_NAME)
+    held_back_answers = _Answers({s: {} for s in job.settings})
+    held_out_answers = _Answers({s: {} for s in job.settings})
+    folds = []
+    for index, held in enumerate(held_groups):
+        fold_started = time.perf_counter()
+        name = f"fold-{index}"
+        training_ids = [s for s in everyone if s not in held]
+        folder, entry, held_back = _train_fold(job, data, name, training_ids, progress)
+        entry["model_identity"] = model_identity(folder)
+        entry["held_out"] = [_entry(data.conversation(s)) for s in held]
+        scorer = CrossEncoderScorer(folder, job.scoring)
+        fold_back = _Answers({s: {} for s in job.settings})
+        for setting in job.settings:
+            for sample in training_ids:
+                answers = _score_pools(
+                    scorer, data.stream(setting, sample), held_back[sample]
+                )
+                fold_back.by_setting[setting][sample] = answers
+                held_back_answers.by_setting[setting][sample] = answers
+        entry["held_back_quality"] = {
+            setting: fold_back.quality(data, setting) for setting in job.settings
+        }
+        if held:
+            cached = CachedScorer(scorer, ScoreCache(cache_path))
+            fold_out = _Answers({s: {} for s in job.settings})
+            try:
+                for setting in job.settings:
+                    progress.phase(f"{name} scoring {setting}", len(held))
+                    for sample in held:
+                        stream = data.stream(setting, sample)
+                        answers, failures = scorer_scores(stream, cached)
+                        if failures:
+                            entry.setdefault("failed_pairs", {})[sample] = failures
+                        fold_out.by_setting[setting][sample] = answers
+                        held_out_answers.by_setting[setting][sample] = answers
+                        progress.step(
+                            f"conversation {sample} ({setting}): "
+                            f"{int(stream.arrays.valid.sum())} pairs"
+                        )
+            finally:
+                cached.cache.close()
+            entry["held_out_quality"] = {
+                setting: fold_out.quality(data, setting) for setting in job.settings
+            }
+        scorer.close()
+        entry["seconds"] = round(time.perf_counter() - fold_started, 1)
+        report, calibration = entry["training"], entry["calibration"]
+        calibrated = (
+            "not calibrated (no relevant pair among the held-back questions)"
+            if calibration is None
+            else f"calibrated as sigmoid({calibration['scale']:.3f} x logit "
+            f"{calibration['shift']:+.3f})"
+        )
+        progress.note(
+            f"{name} done in {duration(entry['seconds'])}: loss "
+            f"{report['first_loss']:.3f} -> {report['last_loss']:.3f}, {calibrated}"
+        )
+        folds.append(entry)
+    base = job.base_model or str(_default_base_model())
+    manifest: dict[str, Any] = {
+        "format": MANIFEST_FORMAT,
+        "kind": "cross-encoder",
+        "base_model": {"path": base, "identity": model_identity(base)},
+        "embedding_model": embedder.identity,
+        "data": {"path": job.data, "files": file_digests(job.data)},
+        "memories": list(job.settings),
+        "conversations": [_entry(c) for c in conversations],
+        "folds": folds,
+        "job": job.to_json(),
+        "score_cache": cache_path,
+        "profiles": {},
+    }
+    for setting in job.settings:
+        if job.folds > 1:
+            manifest.setdefault("cross_fitted_quality", {})[setting] = (
+                held_out_answers.quality(data, setting)
+            )
+            answers, source = held_out_answers, CROSS_FITTED
+        else:
+            answers, source = held_back_answers, HELD_BACK
+        try:
+            profile = answers.profile(data, setting, {"measured_on": source})
+        except ValueError as error:  # too few pairs of a class to measure
+            manifest.setdefault("profile_errors", {})[setting] = str(error)
+            continue
+        name = f"profile-{setting}.json"
+        write_json(Path(job.out) / name, profile)
+        manifest["profiles"][setting] = name
+    manifest["seconds"] = round(time.perf_counter() - started, 1)
+    manifest.update(provenance())
+    write_json(Path(job.out) / MANIFEST_NAME, manifest)
+    return manifest
+
+
+__all__ = ["SCORE_CACHE_NAME", "TrainScorerJob", "file_digests", "run_train_scorer"]

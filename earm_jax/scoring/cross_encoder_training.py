@@ -1,0 +1,439 @@
+r"""Fine-tuning a BERT-like folder into a relevance cross-encoder (host side).
+
+The training signal is listwise: each *group* is one query with one relevant
+memory and ``group_size - 1`` non-relevant memories from the same candidate
+pool, and the loss is the softmax cross-entropy of the relevant one among them,
+
+.. math::
+
+   \ell = -\log \frac{e^{f(q, m^+)}}{\sum_{m \in \text{group}} e^{f(q, m)}} .
+
+A pointwise loss on the hardest negatives alone teaches a model to separate
+evidence from its closest look-alikes but not to place it above the rest of the
+pool; so the negatives of a group mix ``hard_negatives`` drawn from the most
+similar non-relevant candidates with uniform draws from the whole pool, and are
+drawn afresh every time a group is used.
+
+The logit's scale is arbitrary after a listwise loss. :func:`calibrate` fits
+Platt scaling (:math:`\sigma(a\,f + b)`) on pools the model did not train on
+and folds ``a`` and ``b`` into the classifier layer, so the saved folder's
+sigmoid is a calibrated probability wherever it runs (sentence-transformers,
+vLLM).
+
+Needs torch and transformers (the ``embed`` extra).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+Precision = Literal["float32", "bfloat16"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingGroup:
+    """One query's training material: a relevant memory and its negatives.
+
+    Attributes:
+      query: the query text.
+      positive: a relevant memory's text.
+      hard_negatives: the most similar non-relevant candidates (most similar
+        first).
+      other_negatives: the rest of the pool's non-relevant candidates.
+    """
+
+    query: str
+    positive: str
+    hard_negatives: tuple[str, ...]
+    other_negatives: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingSettings:
+    """What shapes the training (recorded in the scorer's manifest).
+
+    Attributes:
+      epochs: passes over the groups (fractions allowed).
+      group_size: memories per group (one relevant, the rest negatives).
+      hard_negatives: negatives per group from ``hard_negatives`` of the group;
+        the rest of the group is drawn uniformly from ``other_negatives``.
+      groups_per_step: groups per optimizer step.
+      learning_rate: AdamW's peak learning rate (linear warm-up, linear decay).
+      warmup_fraction: share of the steps spent warming up.
+      weight_decay: AdamW's decoupled weight decay.
+      max_length: tokens per pair (longest-first truncation).
+      precision: ``"bfloat16"`` (autocast; about 1.5x faster on CPUs with native
+        bfloat16, weights stay float32) or ``"float32"``.
+      max_steps: stop after this many steps (0: no cap), for smoke runs.
+      seed: torch and sampling seed.
+      num_threads: torch CPU threads (``None``: torch's default).
+    """
+
+    epochs: float = 2.0
+    group_size: int = 16
+    hard_negatives: int = 5
+    groups_per_step: int = 4
+    learning_rate: float = 4e-5
+    warmup_fraction: float = 0.1
+    weight_decay: float = 0.01
+    max_length: int = 256
+    precision: Precision = "bfloat16"
+    max_steps: int = 0
+    seed: int = 0
+    num_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        def positive_int(name: str) -> None:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+        positive_int("group_size")
+        positive_int("groups_per_step")
+        positive_int("max_length")
+        if self.group_size < 2:
+            raise ValueError(f"group_size must be >= 2, got {self.group_size}")
+        if not 0 <= self.hard_negatives <= self.group_size - 1:
+            raise ValueError(
+                f"hard_negatives must be in [0, group_size - 1], got "
+                f"{self.hard_negatives}"
+            )
+        if not (math.isfinite(self.epochs) and self.epochs > 0):
+            raise ValueError(f"epochs must be > 0, got {self.epochs}")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if not 0 <= self.warmup_fraction < 1:
+            raise ValueError(
+                f"warmup_fraction must be in [0, 1), got {self.warmup_fraction}"
+            )
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if self.precision not in ("float32", "bfloat16"):
+            raise ValueError(
+                f"precision must be float32 or bfloat16, got {self.precision!r}"
+            )
+        if isinstance(self.max_steps, bool) or self.max_steps < 0:
+            raise ValueError(f"max_steps must be >= 0, got {self.max_steps}")
+
+    def num_steps(self, num_groups: int) -> int:
+        steps = max(1, math.ceil(self.epochs * num_groups / self.groups_per_step))
+        return min(steps, self.max_steps) if self.max_steps else steps
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingReport:
+    """What a training run did.
+
+    Attributes:
+      steps: optimizer steps taken.
+      pairs: (query, memory) pairs seen, with repeats.
+      seconds: wall time of the loop.
+      first_loss: mean loss of the first 10% of steps.
+      last_loss: mean loss of the last 10% of steps.
+    """
+
+    steps: int
+    pairs: int
+    seconds: float
+    first_loss: float
+    last_loss: float
+
+
+StepCallback = Callable[[int, int, float], Any]
+"""``(step done, total steps, loss)``: called after every step."""
+
+
+def sample_group(
+    group: TrainingGroup, settings: TrainingSettings, rng: np.random.Generator
+) -> list[str]:
+    """The memories of one use of ``group``: the positive first, then negatives
+    drawn without replacement (hard ones from ``hard_negatives``, the rest
+    uniformly from ``other_negatives``; whichever side runs short is filled
+    from the other)."""
+    wanted = settings.group_size - 1
+    hard_count = min(settings.hard_negatives, len(group.hard_negatives))
+    other_count = min(wanted - hard_count, len(group.other_negatives))
+    hard_count = min(wanted - other_count, len(group.hard_negatives))
+    hard = rng.choice(len(group.hard_negatives), hard_count, replace=False)
+    other = rng.choice(len(group.other_negatives), other_count, replace=False)
+    return (
+        [group.positive]
+        + [group.hard_negatives[i] for i in sorted(hard)]
+        + [group.other_negatives[i] for i in other]
+    )
+
+
+def _autocast(precision: Precision) -> Any:
+    import contextlib
+
+    import torch
+
+    if precision == "bfloat16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def load_base_model(folder: str | os.PathLike[str]) -> tuple[Any, Any]:
+    """``(tokenizer, one-label sequence-classification model)`` from a local
+    BERT-like folder (a sentence-transformers folder works: its transformer
+    weights are the encoder; the classification head starts fresh)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from transformers import (
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+    )
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # "classifier newly initialized" is expected
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        model = AutoModelForSequenceClassification.from_pretrained(
+            str(folder), num_labels=1, local_files_only=True
+        )
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    return tokenizer, model
+
+
+def train_cross_encoder(
+    tokenizer: Any,
+    model: Any,
+    groups: Sequence[TrainingGroup],
+    settings: TrainingSettings,
+    on_step: StepCallback | None = None,
+) -> TrainingReport:
+    """Trains ``model`` in place on ``groups`` with the listwise loss.
+
+    Args:
+      tokenizer: the model's tokenizer.
+      model: a one-label sequence-classification model (``load_base_model``).
+      groups: the training groups (at least one).
+      settings: see :class:`TrainingSettings`.
+      on_step: progress callback.
+
+    Raises:
+      ValueError: no groups.
+    """
+    import torch
+
+    if not groups:
+        raise ValueError("no training groups: no question has a relevant memory")
+    if settings.num_threads is not None:
+        torch.set_num_threads(settings.num_threads)
+    torch.manual_seed(settings.seed)
+    rng = np.random.default_rng(settings.seed)
+    steps = settings.num_steps(len(groups))
+    warmup = max(1, round(settings.warmup_fraction * steps))
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=settings.learning_rate,
+        weight_decay=settings.weight_decay,
+    )
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda step: min(1.0, (step + 1) / warmup) * max(0.0, (steps - step) / steps),
+    )
+    model.train()
+    order: list[int] = []
+    losses: list[float] = []
+    pairs = 0
+    start = time.perf_counter()
+    for step in range(steps):
+        batch_groups = []
+        for _ in range(settings.groups_per_step):
+            if not order:
+                order = list(rng.permutation(len(groups)))
+            group = groups[order.pop()]
+            batch_groups.append((group.query, sample_group(group, settings, rng)))
+        queries = [query for query, memories in batch_groups for _ in memories]
+        memories = [
+            memory for _, group_memories in batch_groups for memory in group_memories
+        ]
+        features = tokenizer(
+            queries,
+            memories,
+            padding=True,
+            truncation="longest_first",
+            max_length=settings.max_length,
+            return_tensors="pt",
+        )
+        with _autocast(settings.precision):
+            logits = model(**features).logits.squeeze(-1).float()
+        loss = logits.new_zeros(())
+        offset = 0
+        for _, group_memories in batch_groups:
+            size = len(group_memories)
+            loss = loss - torch.log_softmax(logits[offset : offset + size], dim=0)[0]
+            offset += size
+        loss = loss / len(batch_groups)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+        pairs += len(memories)
+        if on_step is not None:
+            on_step(step + 1, steps, losses[-1])
+    model.eval()
+    tenth = max(1, len(losses) // 10)
+    return TrainingReport(
+        steps=steps,
+        pairs=pairs,
+        seconds=time.perf_counter() - start,
+        first_loss=float(np.mean(losses[:tenth])),
+        last_loss=float(np.mean(losses[-tenth:])),
+    )
+
+
+def model_logits(
+    tokenizer: Any,
+    model: Any,
+    pairs: Sequence[tuple[str, str]],
+    *,
+    max_length: int = 256,
+    batch_size: int = 128,
+    precision: Precision = "float32",
+) -> np.ndarray:
+    """``float32[len(pairs)]`` logits of a model being trained (length-sorted
+    batches, no gradient)."""
+    import torch
+
+    out = np.zeros(len(pairs), np.float32)
+    order = np.argsort([len(query) + len(memory) for query, memory in pairs])
+    model.eval()
+    with torch.inference_mode(), _autocast(precision):
+        for start in range(0, len(pairs), batch_size):
+            chosen = order[start : start + batch_size]
+            features = tokenizer(
+                [pairs[i][0] for i in chosen],
+                [pairs[i][1] for i in chosen],
+                padding=True,
+                truncation="longest_first",
+                max_length=max_length,
+                return_tensors="pt",
+            )
+            out[chosen] = model(**features).logits.squeeze(-1).float().numpy()
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """Platt scaling: probability = sigmoid(scale * logit + shift).
+
+    Attributes:
+      scale: the logit's factor (> 0: calibration never reverses a ranking).
+      shift: the offset.
+      pairs: pairs it was fitted on.
+      positives: relevant pairs among them.
+      scale_fixed: the free fit's scale was not positive (the model does not
+        separate these pairs), so only the shift was fitted, at scale 1.
+    """
+
+    scale: float
+    shift: float
+    pairs: int
+    positives: int
+    scale_fixed: bool = False
+
+
+def fit_platt(logits: np.ndarray, labels: np.ndarray, l2: float = 1e-3) -> Calibration:
+    """Fits ``sigmoid(a * logit + b)`` to binary labels by Newton's method on the
+    logistic log-likelihood (a tiny ridge keeps it finite when the classes
+    separate).
+
+    Raises:
+      ValueError: shapes differ, or one class is missing.
+    """
+    x = np.asarray(logits, np.float64).ravel()
+    y = np.asarray(labels, np.float64).ravel()
+    if x.shape != y.shape:
+        raise ValueError(f"{x.size} logits but {y.size} labels")
+    positives = int(y.sum())
+    if positives == 0 or positives == y.size:
+        raise ValueError("calibration needs both relevant and non-relevant pairs")
+    weights = _newton_logistic(np.stack([x, np.ones_like(x)], axis=1), y, l2)
+    if weights[0] <= 0:
+        shift = _newton_logistic(np.ones((x.size, 1)), y, l2, offset=x)[0]
+        return Calibration(1.0, float(shift), int(y.size), positives, True)
+    return Calibration(
+        scale=float(weights[0]),
+        shift=float(weights[1]),
+        pairs=int(y.size),
+        positives=positives,
+    )
+
+
+def _newton_logistic(
+    features: np.ndarray, y: np.ndarray, l2: float, offset: np.ndarray | None = None
+) -> np.ndarray:
+    """Ridge-logistic regression weights by Newton's method."""
+    weights = np.zeros(features.shape[1])
+    if offset is None:
+        weights[0] = 1.0
+        offset = np.zeros(y.size)
+    for _ in range(100):
+        probability = 1.0 / (1.0 + np.exp(-(features @ weights + offset)))
+        gradient = features.T @ (probability - y) + l2 * weights
+        curvature = features.T @ (
+            features * (probability * (1 - probability))[:, None]
+        ) + l2 * np.eye(features.shape[1])
+        step = np.linalg.solve(curvature, gradient)
+        weights = weights - step
+        if np.max(np.abs(step)) < 1e-10:
+            break
+    return weights
+
+
+def apply_calibration(model: Any, calibration: Calibration) -> None:
+    """Folds Platt scaling into the model's last linear layer (in place), so
+    its sigmoid is the calibrated probability."""
+    import torch
+
+    classifier = model.classifier
+    if not isinstance(classifier, torch.nn.Linear) or classifier.out_features != 1:
+        raise ValueError("the model's classifier is not a one-output linear layer")
+    with torch.no_grad():
+        classifier.weight.mul_(calibration.scale)
+        classifier.bias.mul_(calibration.scale).add_(calibration.shift)
+
+
+def save_model(
+    tokenizer: Any, model: Any, folder: str | os.PathLike[str], max_length: int
+) -> Path:
+    """Writes a folder that ``sentence_transformers.CrossEncoder`` and vLLM's
+    pooling runner both load (weights as safetensors, the tokenizer, and
+    ``model_max_length`` set to the training length)."""
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    # No problem_type: vLLM serves a one-label model's score as sigmoid(logit)
+    # unless told it is a regression (then the raw logit).
+    model.save_pretrained(str(path), safe_serialization=True)
+    tokenizer.model_max_length = max_length
+    tokenizer.save_pretrained(str(path))
+    return path
+
+
+__all__ = [
+    "Calibration",
+    "TrainingGroup",
+    "TrainingReport",
+    "TrainingSettings",
+    "apply_calibration",
+    "fit_platt",
+    "load_base_model",
+    "model_logits",
+    "sample_group",
+    "save_model",
+    "train_cross_encoder",
+]

@@ -1,0 +1,137 @@
+"""The manifest of a trained scorer folder, and which fold may score what.
+
+``earm train-scorer`` writes a folder with one model folder per fold and a
+``manifest.json`` that records, per fold, the conversations it was trained on
+(by content digest) and those it held out. A conversation is scored by the fold
+that held it out; a conversation no fold trained on (another data set) by the
+first fold; a conversation every fold trained on is *in sample*, and an
+evaluation refuses it unless told otherwise, since its scores would flatter the
+scorer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = "earm-trained-scorer-v1"
+
+
+class InSampleError(ValueError):
+    """A conversation would be scored by a model that was trained on it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FoldChoice:
+    """Which model scores a conversation.
+
+    Attributes:
+      folder: the model folder.
+      fold: the fold's name (``"fold-0"``; ``""`` for a plain model folder).
+      in_sample: whether that model was trained on the conversation.
+      known: whether the manifest names this conversation (by digest) at all.
+    """
+
+    folder: Path
+    fold: str
+    in_sample: bool
+    known: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainedScorerFolder:
+    """A scorer folder: a trained-scorer folder with a manifest, or one plain
+    cross-encoder folder (then nothing is known about its training data).
+
+    Attributes:
+      root: the folder given.
+      manifest: the parsed manifest (``None`` for a plain model folder).
+    """
+
+    root: Path
+    manifest: dict[str, Any] | None
+
+    @property
+    def folds(self) -> list[dict[str, Any]]:
+        return [] if self.manifest is None else list(self.manifest["folds"])
+
+    def profile_path(self, setting: str) -> Path | None:
+        """The scorer profile measured for ``setting``, if the folder has one."""
+        if self.manifest is None:
+            return None
+        name = self.manifest.get("profiles", {}).get(setting)
+        return None if name is None else self.root / name
+
+    def choose(self, digest: str) -> FoldChoice:
+        """The model for the conversation whose content digest is ``digest``."""
+        if self.manifest is None:
+            return FoldChoice(self.root, "", in_sample=False, known=False)
+        folds = self.folds
+        for fold in folds:
+            if any(entry["digest"] == digest for entry in fold["held_out"]):
+                return FoldChoice(self.root / fold["folder"], fold["name"], False, True)
+        trained = [
+            fold
+            for fold in folds
+            if any(entry["digest"] == digest for entry in fold["trained_on"])
+        ]
+        first = folds[0]
+        if trained:
+            return FoldChoice(self.root / first["folder"], first["name"], True, True)
+        return FoldChoice(self.root / first["folder"], first["name"], False, False)
+
+
+def open_scorer_folder(path: str | os.PathLike[str]) -> TrainedScorerFolder:
+    """Reads a scorer folder.
+
+    Raises:
+      ValueError: the folder is missing, the manifest is not one, or a fold
+        folder it names is missing.
+    """
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise ValueError(f"scorer folder {str(root)!r} does not exist")
+    manifest_path = root / MANIFEST_NAME
+    if not manifest_path.is_file():
+        if not (root / "config.json").is_file():
+            raise ValueError(
+                f"{str(root)!r} is neither a trained-scorer folder (no "
+                f"{MANIFEST_NAME}) nor a model folder (no config.json)"
+            )
+        return TrainedScorerFolder(root, None)
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"{str(manifest_path)!r} cannot be read: {error}") from error
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise ValueError(
+            f"{str(manifest_path)!r} is not a trained-scorer manifest "
+            f"(format must be {MANIFEST_FORMAT!r})"
+        )
+    folds = manifest.get("folds")
+    if not isinstance(folds, list) or not folds:
+        raise ValueError(f"{str(manifest_path)!r} lists no folds")
+    for fold in folds:
+        for field in ("name", "folder", "trained_on", "held_out"):
+            if field not in fold:
+                raise ValueError(f"{str(manifest_path)!r}: a fold has no {field!r}")
+        if not (root / fold["folder"] / "config.json").is_file():
+            raise ValueError(
+                f"{str(manifest_path)!r} names fold folder {fold['folder']!r}, which "
+                "is missing or not a model folder"
+            )
+    return TrainedScorerFolder(root, manifest)
+
+
+__all__ = [
+    "MANIFEST_FORMAT",
+    "MANIFEST_NAME",
+    "FoldChoice",
+    "InSampleError",
+    "TrainedScorerFolder",
+    "open_scorer_folder",
+]

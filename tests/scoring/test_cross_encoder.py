@@ -1,0 +1,165 @@
+"""The in-process cross-encoder scorer and the training pieces behind it.
+
+The trained model (``trained_scorer``, a real MiniLM cross-encoder trained for
+two steps) is checked against a direct transformers forward pass; calibration
+and sampling against their definitions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from earm_jax.scoring.cross_encoder import CrossEncoderScorer, CrossEncoderSettings
+from earm_jax.scoring.cross_encoder_training import (
+    TrainingGroup,
+    TrainingSettings,
+    fit_platt,
+    sample_group,
+)
+from earm_jax.scoring.scorer_manifest import open_scorer_folder
+
+pytestmark = pytest.mark.slow
+
+QUERY = "When did Caroline go to the LGBTQ support group?"
+MEMORIES = [
+    "Caroline: I went to a LGBTQ support group yesterday and it was so powerful.",
+    "Melanie: I painted a lake sunrise last year.",
+    "Caroline: Thanks, Mel! What have you been up to lately?",
+]
+
+
+def _direct_probabilities(folder, pairs):
+    """sigmoid(logit) from transformers itself, float32, no batching tricks."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    model = AutoModelForSequenceClassification.from_pretrained(str(folder)).eval()
+    out = []
+    with torch.inference_mode():
+        for query, memory in pairs:
+            features = tokenizer(query, memory, return_tensors="pt")
+            out.append(float(torch.sigmoid(model(**features).logits[0, 0])))
+    return np.array(out)
+
+
+@pytest.fixture(scope="module")
+def fold_folder(trained_scorer):
+    folder, _, _ = trained_scorer
+    return open_scorer_folder(folder).root / "fold-0"
+
+
+def test_scores_equal_a_direct_forward_pass(fold_folder):
+    scorer = CrossEncoderScorer(fold_folder)
+    scores = scorer.score(QUERY, MEMORIES)
+    assert all(s.ok and 0.0 <= s.value <= 1.0 for s in scores)
+    expected = _direct_probabilities(fold_folder, [(QUERY, m) for m in MEMORIES])
+    np.testing.assert_allclose([s.value for s in scores], expected, atol=1e-5)
+
+
+def test_score_many_equals_score_per_query(fold_folder):
+    scorer = CrossEncoderScorer(fold_folder, CrossEncoderSettings(batch_size=2))
+    requests = [(QUERY, MEMORIES), ("What did Melanie paint?", MEMORIES[1:])]
+    together = scorer.score_many(requests)
+    one_by_one = [scorer.score(q, m) for q, m in requests]
+    for row, single in zip(together, one_by_one, strict=True):
+        np.testing.assert_allclose(
+            [s.value for s in row], [s.value for s in single], atol=1e-5
+        )
+    assert scorer.pairs_scored == 2 * (len(MEMORIES) + len(MEMORIES) - 1)
+
+
+def test_identity_names_the_weights_and_the_dtype(fold_folder, trained_scorer):
+    folder, _, _ = trained_scorer
+    exact = CrossEncoderScorer(fold_folder)
+    fast = CrossEncoderScorer(fold_folder, CrossEncoderSettings(dtype="bfloat16"))
+    other = CrossEncoderScorer(folder / "fold-1")
+    assert exact.identity.kind == "cross-encoder"
+    assert exact.identity.key() != fast.identity.key()
+    assert exact.identity.model != other.identity.model  # different weights
+    values = [s.value for s in exact.score(QUERY, MEMORIES)]
+    fast_values = [s.value for s in fast.score(QUERY, MEMORIES)]
+    assert np.max(np.abs(np.subtract(values, fast_values))) < 0.02
+
+
+def test_the_saved_sigmoid_is_the_calibrated_probability(trained_scorer):
+    """The fold folder carries its Platt scaling in its last layer."""
+    folder, _, manifest = trained_scorer
+    calibration = manifest["folds"][0]["calibration"]
+    assert calibration["scale"] > 0
+    scorer = CrossEncoderScorer(folder / "fold-0")
+    logits = scorer.logits([(QUERY, m) for m in MEMORIES])
+    probabilities = [s.value for s in scorer.score(QUERY, MEMORIES)]
+    np.testing.assert_allclose(
+        probabilities, [1 / (1 + math.exp(-x)) for x in logits], atol=1e-6
+    )
+
+
+def test_bad_settings_name_the_field(tmp_path):
+    with pytest.raises(ValueError, match="batch_size"):
+        CrossEncoderSettings(batch_size=0)
+    with pytest.raises(ValueError, match="dtype"):
+        CrossEncoderSettings(dtype="float16")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_length"):
+        CrossEncoderSettings(max_length=4)
+    with pytest.raises(ValueError, match="does not exist"):
+        CrossEncoderScorer(tmp_path / "missing")
+    with pytest.raises(ValueError, match="config.json"):
+        CrossEncoderScorer(tmp_path)
+
+
+def test_platt_recovers_a_known_logistic_model():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0.0, 2.0, 40_000)
+    labels = rng.random(logits.size) < 1 / (1 + np.exp(-(0.7 * logits - 1.5)))
+    calibration = fit_platt(logits, labels)
+    assert calibration.scale == pytest.approx(0.7, abs=0.03)
+    assert calibration.shift == pytest.approx(-1.5, abs=0.05)
+    assert not calibration.scale_fixed
+
+
+def test_platt_never_reverses_a_ranking():
+    """A model that ranks the held-back pairs backwards keeps its order: only
+    the shift is fitted."""
+    rng = np.random.default_rng(1)
+    logits = rng.normal(0.0, 1.0, 5_000)
+    labels = logits < -1.0
+    calibration = fit_platt(logits, labels)
+    assert calibration.scale == 1.0 and calibration.scale_fixed
+    with pytest.raises(ValueError, match="both"):
+        fit_platt(logits, np.zeros(logits.size, bool))
+
+
+def test_a_group_is_the_positive_then_distinct_negatives():
+    group = TrainingGroup(
+        "q",
+        "pos",
+        tuple(f"hard{i}" for i in range(3)),
+        tuple(f"o{i}" for i in range(50)),
+    )
+    settings = TrainingSettings(group_size=8, hard_negatives=5)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        memories = sample_group(group, settings, rng)
+        assert memories[0] == "pos" and len(memories) == 8
+        assert len(set(memories)) == 8
+        # Only 3 hard negatives exist: the other 4 come from the pool's rest.
+        assert sum(m.startswith("hard") for m in memories) == 3
+    short = TrainingGroup("q", "pos", ("h",), ("o",))
+    assert sample_group(short, settings, rng) == ["pos", "h", "o"]
+
+
+def test_training_settings_name_the_field():
+    for field, value in [
+        ("group_size", 1),
+        ("hard_negatives", 16),
+        ("epochs", 0.0),
+        ("learning_rate", -1.0),
+        ("precision", "half"),
+        ("max_steps", -1),
+    ]:
+        with pytest.raises(ValueError, match=field):
+            TrainingSettings(**{field: value})
