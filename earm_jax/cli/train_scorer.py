@@ -67,8 +67,12 @@ def train_scorer(
         str, typer.Option(help="Scoring held-out pools: float32 or bfloat16.")
     ] = "float32",
     max_steps: Annotated[
-        int, typer.Option(help="Stop after this many steps (0: no cap).")
-    ] = 0,
+        int,
+        typer.Option(
+            help="Stop after this many steps (0: no cap); 500 keeps one model to "
+            "~25-30 min on 2 CPU cores."
+        ),
+    ] = 500,
     seed: Annotated[int, typer.Option(help="Seed of sampling and training.")] = 0,
     score_cache: Annotated[
         Path | None,

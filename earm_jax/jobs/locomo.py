@@ -223,15 +223,19 @@ class PaidScorers:
 
 
 def _cross_encoder_scorers(
-    job: LocomoJob, conversations: list[Conversation]
+    job: LocomoJob, conversations: list[Conversation], embedder: Any
 ) -> PaidScorers:
     """One in-process cross-encoder per fold folder, chosen per conversation by
     the trained-scorer manifest; a conversation the model trained on is refused
     unless ``allow_in_sample``."""
     from earm_jax.locomo.training_data import conversation_digest
     from earm_jax.scoring.cache import CachedScorer, ScoreCache
-    from earm_jax.scoring.cross_encoder import CrossEncoderScorer, CrossEncoderSettings
-    from earm_jax.scoring.scorer_manifest import InSampleError, open_scorer_folder
+    from earm_jax.scoring.cross_encoder import CrossEncoderSettings
+    from earm_jax.scoring.scorer_manifest import (
+        InSampleError,
+        model_scorer,
+        open_scorer_folder,
+    )
     from earm_jax.store.embeddings import default_cache_dir
 
     folder = open_scorer_folder(job.scorer_model)
@@ -252,7 +256,7 @@ def _cross_encoder_scorers(
     for choice in choices.values():
         key = str(choice.folder)
         if key not in by_folder:
-            scorer = CrossEncoderScorer(choice.folder, settings)
+            scorer = model_scorer(choice.folder, settings, embedder)
             inner.append(scorer)
             by_folder[key] = CachedScorer(scorer, cache)
     owner = {
@@ -375,7 +379,10 @@ def run_locomo_job(
     if job.scorer == "vllm":
         paid = _llm_scorer(job)
     elif job.scorer == "cross-encoder":
-        paid = _cross_encoder_scorers(job, conversations)
+        from earm_jax.store.embeddings import Embedder
+
+        embedder = Embedder(job.model, cache_dir=job.cache_dir)
+        paid = _cross_encoder_scorers(job, conversations, embedder)
     try:
         return _run_grid(
             job, conversations, on_step, paid, progress or Progress(enabled=False)

@@ -45,18 +45,24 @@ from earm_jax.locomo.training_data import (
     training_groups,
     validation_questions,
 )
-from earm_jax.scoring.cross_encoder import CrossEncoderScorer, CrossEncoderSettings
+from earm_jax.scoring.cross_encoder import CrossEncoderSettings
 from earm_jax.scoring.cross_encoder_training import (
     Calibration,
     TrainingSettings,
     apply_calibration,
+    fit_logistic,
     fit_platt,
     load_base_model,
     model_logits,
     save_model,
     train_cross_encoder,
 )
-from earm_jax.scoring.scorer_manifest import MANIFEST_FORMAT, MANIFEST_NAME
+from earm_jax.scoring.scorer_manifest import (
+    MANIFEST_FORMAT,
+    MANIFEST_NAME,
+    model_scorer,
+)
+from earm_jax.scoring.similarity_blend import SimilarityBlend, write_blend
 
 CROSS_FITTED = "cross-fitted pools, each scored by a model that never saw it"
 HELD_BACK = "held-back questions of the training conversations"
@@ -83,6 +89,9 @@ class TrainScorerJob:
         negatives come from.
       validation_fraction: share of each training conversation's questions
         held back for calibration.
+      similarity_blend: also fit the blend of the calibrated answer with the
+        pool's cosine similarity on the held-back questions
+        (:mod:`earm_jax.scoring.similarity_blend`); the fold's scorer uses it.
       scoring: how held-out pools are scored (dtype, batch).
       training: the fine-tuning settings.
       cache_dir: embedding cache (None: the default).
@@ -101,6 +110,7 @@ class TrainScorerJob:
     pool_size: int = 200
     hard_pool: int = 20
     validation_fraction: float = 0.1
+    similarity_blend: bool = True
     scoring: CrossEncoderSettings = CrossEncoderSettings()
     training: TrainingSettings = TrainingSettings()
     cache_dir: str | None = None
@@ -217,16 +227,24 @@ class _Answers:
 
 
 def _score_pools(
-    scorer: CrossEncoderScorer, stream: LocomoStream, questions: np.ndarray
+    scorer: Any, stream: LocomoStream, questions: np.ndarray
 ) -> np.ndarray:
     """The chosen questions' whole pools scored (NaN elsewhere)."""
     answers = np.full(stream.arrays.scores.shape, np.nan, np.float32)
-    pairs = pool_pairs(stream, questions)
-    for (t, position), value in zip(
-        pairs.positions, scorer.score_pairs(pairs.pairs), strict=True
-    ):
-        if value.ok:
-            answers[t, position] = value.value
+    rows = np.flatnonzero(questions)
+    requests = []
+    for t in rows:
+        positions = np.flatnonzero(stream.arrays.valid[t])
+        memories = [
+            stream.meta.memory_texts[int(m)]
+            for m in stream.arrays.candidates[t, positions]
+        ]
+        requests.append((stream.meta.query_texts[t], memories))
+    for t, row in zip(rows, scorer.score_many(requests), strict=True):
+        positions = np.flatnonzero(stream.arrays.valid[t])
+        for position, value in zip(positions, row, strict=True):
+            if value.ok:
+                answers[t, position] = value.value
     return answers
 
 
@@ -235,6 +253,7 @@ def _train_fold(
     data: _Data,
     name: str,
     training_ids: list[str],
+    embedding_model: str,
     progress: Progress,
 ) -> tuple[Path, dict[str, Any], dict[str, np.ndarray]]:
     """Trains, calibrates and writes one fold; returns its folder, its
@@ -270,11 +289,14 @@ def _train_fold(
             progress.step(f"step {done}/{total}, loss {loss:.3f}", done=done)
 
     report = train_cross_encoder(tokenizer, model, groups, job.training, on_step)
-    logits, labels = [], []
+    logits, labels, cosines = [], [], []
     for setting in job.settings:
         for sample in training_ids:
             stream = data.stream(setting, sample)
             pairs = pool_pairs(stream, held_back[sample])
+            cosines.append(
+                np.array([stream.arrays.similarity[t, p] for t, p in pairs.positions])
+            )
             logits.append(
                 model_logits(
                     tokenizer,
@@ -296,6 +318,21 @@ def _train_fold(
     else:
         apply_calibration(model, calibration)
     folder = save_model(tokenizer, model, Path(job.out) / name, job.training.max_length)
+    blend = None
+    if job.similarity_blend and calibration is not None:
+        calibrated = calibration.scale * np.concatenate(logits) + calibration.shift
+        weights = fit_logistic(
+            np.stack([calibrated, np.concatenate(cosines)], axis=1),
+            np.concatenate(labels),
+        )
+        blend = SimilarityBlend(
+            logit_weight=float(weights[0]),
+            similarity_weight=float(weights[1]),
+            shift=float(weights[2]),
+            embedding_model=embedding_model,
+            pairs=int(calibrated.size),
+        )
+        write_blend(folder, blend)
     entry = {
         "name": name,
         "folder": folder.name,
@@ -304,6 +341,7 @@ def _train_fold(
         "held_back_questions": {s: int(v.sum()) for s, v in held_back.items()},
         "training": dataclasses.asdict(report),
         "calibration": None if calibration is None else dataclasses.asdict(calibration),
+        "similarity_blend": None if blend is None else dataclasses.asdict(blend),
     }
     return folder, entry, held_back
 
@@ -362,10 +400,12 @@ def run_train_scorer(
         fold_started = time.perf_counter()
         name = f"fold-{index}"
         training_ids = [s for s in everyone if s not in held]
-        folder, entry, held_back = _train_fold(job, data, name, training_ids, progress)
+        folder, entry, held_back = _train_fold(
+            job, data, name, training_ids, embedder.identity, progress
+        )
         entry["model_identity"] = model_identity(folder)
         entry["held_out"] = [_entry(data.conversation(s)) for s in held]
-        scorer = CrossEncoderScorer(folder, job.scoring)
+        scorer = model_scorer(folder, job.scoring, embedder)
         fold_back = _Answers({s: {} for s in job.settings})
         for setting in job.settings:
             for sample in training_ids:

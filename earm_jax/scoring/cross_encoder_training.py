@@ -72,9 +72,17 @@ class TrainingSettings:
       max_length: tokens per pair (longest-first truncation).
       precision: ``"bfloat16"`` (autocast; about 1.5x faster on CPUs with native
         bfloat16, weights stay float32) or ``"float32"``.
-      max_steps: stop after this many steps (0: no cap), for smoke runs.
+      max_steps: stop after this many steps (0: no cap): the time budget. At
+        the default (500 steps of 64 pairs) one model trains in about 25-30
+        minutes on 2 CPU cores, whether it sees 4 or 7 LoCoMo conversations.
       seed: torch and sampling seed.
       num_threads: torch CPU threads (``None``: torch's default).
+      chunk_size: pairs per forward pass within a step; a step's pairs are
+        sorted by length into chunks, so short pairs are not padded to the
+        longest of the step (the loss is the same).
+      freeze_word_embeddings: keep the vocabulary embeddings fixed (half of
+        MiniLM's weights: a smaller optimizer step, and a few thousand questions
+        cannot retrain a vocabulary anyway).
     """
 
     epochs: float = 2.0
@@ -86,9 +94,11 @@ class TrainingSettings:
     weight_decay: float = 0.01
     max_length: int = 256
     precision: Precision = "bfloat16"
-    max_steps: int = 0
+    max_steps: int = 500
     seed: int = 0
     num_threads: int | None = None
+    chunk_size: int = 16
+    freeze_word_embeddings: bool = True
 
     def __post_init__(self) -> None:
         def positive_int(name: str) -> None:
@@ -99,6 +109,7 @@ class TrainingSettings:
         positive_int("group_size")
         positive_int("groups_per_step")
         positive_int("max_length")
+        positive_int("chunk_size")
         if self.group_size < 2:
             raise ValueError(f"group_size must be >= 2, got {self.group_size}")
         if not 0 <= self.hard_negatives <= self.group_size - 1:
@@ -205,6 +216,39 @@ def load_base_model(folder: str | os.PathLike[str]) -> tuple[Any, Any]:
     return tokenizer, model
 
 
+def _chunked_logits(
+    tokenizer: Any,
+    model: Any,
+    queries: list[str],
+    memories: list[str],
+    settings: TrainingSettings,
+) -> Any:
+    """The step's logits in input order, computed on length-sorted chunks."""
+    import torch
+
+    encoded = tokenizer(
+        queries,
+        memories,
+        truncation="longest_first",
+        max_length=settings.max_length,
+    )
+    lengths = [len(ids) for ids in encoded["input_ids"]]
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    parts = []
+    for start in range(0, len(order), settings.chunk_size):
+        chosen = order[start : start + settings.chunk_size]
+        features = tokenizer.pad(
+            {name: [encoded[name][i] for i in chosen] for name in encoded},
+            return_tensors="pt",
+        )
+        with _autocast(settings.precision):
+            parts.append(model(**features).logits.squeeze(-1).float())
+    logits = torch.cat(parts)
+    inverse = torch.empty(len(order), dtype=torch.long)
+    inverse[torch.tensor(order)] = torch.arange(len(order))
+    return logits[inverse]
+
+
 def train_cross_encoder(
     tokenizer: Any,
     model: Any,
@@ -234,8 +278,10 @@ def train_cross_encoder(
     rng = np.random.default_rng(settings.seed)
     steps = settings.num_steps(len(groups))
     warmup = max(1, round(settings.warmup_fraction * steps))
+    if settings.freeze_word_embeddings:
+        model.get_input_embeddings().weight.requires_grad_(False)
     optimizer = torch.optim.AdamW(
-        model.parameters(),
+        [parameter for parameter in model.parameters() if parameter.requires_grad],
         lr=settings.learning_rate,
         weight_decay=settings.weight_decay,
     )
@@ -347,10 +393,38 @@ class Calibration:
     scale_fixed: bool = False
 
 
+def fit_logistic(
+    features: np.ndarray, labels: np.ndarray, l2: float = 1e-3
+) -> np.ndarray:
+    """Ridge-logistic regression by Newton's method.
+
+    Args:
+      features: ``[n, k]`` regressors (an intercept is added last).
+      labels: ``[n]`` binary labels.
+      l2: a tiny ridge that keeps the fit finite when the classes separate.
+
+    Returns:
+      ``float64[k + 1]``: the weights, then the intercept.
+
+    Raises:
+      ValueError: shapes differ, or one class is missing.
+    """
+    x = np.asarray(features, np.float64)
+    y = np.asarray(labels, np.float64).ravel()
+    if x.ndim != 2 or x.shape[0] != y.size:
+        raise ValueError(
+            f"{x.shape[0] if x.ndim else 0} feature rows but {y.size} labels"
+        )
+    positives = int(y.sum())
+    if positives == 0 or positives == y.size:
+        raise ValueError("calibration needs both relevant and non-relevant pairs")
+    return _newton_logistic(np.concatenate([x, np.ones((y.size, 1))], axis=1), y, l2)
+
+
 def fit_platt(logits: np.ndarray, labels: np.ndarray, l2: float = 1e-3) -> Calibration:
-    """Fits ``sigmoid(a * logit + b)`` to binary labels by Newton's method on the
-    logistic log-likelihood (a tiny ridge keeps it finite when the classes
-    separate).
+    """Fits ``sigmoid(a * logit + b)`` to binary labels (logistic regression on
+    the one logit); a fit whose scale is not positive is refitted with scale 1,
+    so calibration never reverses the model's ranking.
 
     Raises:
       ValueError: shapes differ, or one class is missing.
@@ -359,10 +433,8 @@ def fit_platt(logits: np.ndarray, labels: np.ndarray, l2: float = 1e-3) -> Calib
     y = np.asarray(labels, np.float64).ravel()
     if x.shape != y.shape:
         raise ValueError(f"{x.size} logits but {y.size} labels")
+    weights = fit_logistic(x[:, None], y, l2)
     positives = int(y.sum())
-    if positives == 0 or positives == y.size:
-        raise ValueError("calibration needs both relevant and non-relevant pairs")
-    weights = _newton_logistic(np.stack([x, np.ones_like(x)], axis=1), y, l2)
     if weights[0] <= 0:
         shift = _newton_logistic(np.ones((x.size, 1)), y, l2, offset=x)[0]
         return Calibration(1.0, float(shift), int(y.size), positives, True)
@@ -377,10 +449,10 @@ def fit_platt(logits: np.ndarray, labels: np.ndarray, l2: float = 1e-3) -> Calib
 def _newton_logistic(
     features: np.ndarray, y: np.ndarray, l2: float, offset: np.ndarray | None = None
 ) -> np.ndarray:
-    """Ridge-logistic regression weights by Newton's method."""
+    """Ridge-logistic regression weights by Newton's method (from zero, or from
+    a unit first weight when there is no offset)."""
     weights = np.zeros(features.shape[1])
     if offset is None:
-        weights[0] = 1.0
         offset = np.zeros(y.size)
     for _ in range(100):
         probability = 1.0 / (1.0 + np.exp(-(features @ weights + offset)))
@@ -430,6 +502,7 @@ __all__ = [
     "TrainingReport",
     "TrainingSettings",
     "apply_calibration",
+    "fit_logistic",
     "fit_platt",
     "load_base_model",
     "model_logits",

@@ -85,6 +85,31 @@ class TrainedScorerFolder:
         return FoldChoice(self.root / first["folder"], first["name"], False, False)
 
 
+def model_scorer(
+    folder: str | os.PathLike[str], settings: Any = None, embedder: Any = None
+) -> Any:
+    """The scorer of one model folder: the in-process cross-encoder, blended
+    with the cosine similarity when the folder holds a similarity blend
+    (``embedder``: the sentence encoder it was fitted with; default: the
+    bundled MiniLM, through the default embedding cache).
+
+    Raises:
+      ValueError: not a model folder, or an embedder other than the blend's.
+    """
+    from .cross_encoder import CrossEncoderScorer
+    from .similarity_blend import BlendedScorer, load_blend
+
+    scorer = CrossEncoderScorer(folder, settings)
+    blend = load_blend(folder)
+    if blend is None:
+        return scorer
+    if embedder is None:
+        from earm_jax.store.embeddings import Embedder
+
+        embedder = Embedder()
+    return BlendedScorer(scorer, blend, embedder)
+
+
 def open_scorer_folder(path: str | os.PathLike[str]) -> TrainedScorerFolder:
     """Reads a scorer folder.
 
@@ -133,5 +158,6 @@ __all__ = [
     "FoldChoice",
     "InSampleError",
     "TrainedScorerFolder",
+    "model_scorer",
     "open_scorer_folder",
 ]

@@ -163,3 +163,59 @@ def test_training_settings_name_the_field():
     ]:
         with pytest.raises(ValueError, match=field):
             TrainingSettings(**{field: value})
+
+
+def test_the_fold_blends_its_answer_with_the_cosine(
+    trained_scorer, embedding_cache_dir
+):
+    """The blend fitted on the held-back questions, applied to the model's
+    calibrated answer and the texts' cosine: sigmoid(a logit(p) + b cos + c)."""
+    from earm_jax.scoring.scorer_manifest import model_scorer
+    from earm_jax.scoring.similarity_blend import BlendedScorer, load_blend
+    from earm_jax.store.embeddings import Embedder
+
+    folder, _, manifest = trained_scorer
+    blend = load_blend(folder / "fold-0")
+    assert blend is not None and manifest["folds"][0]["similarity_blend"]["pairs"] > 0
+    embedder = Embedder(cache_dir=embedding_cache_dir)
+    scorer = model_scorer(folder / "fold-0", None, embedder)
+    assert isinstance(scorer, BlendedScorer)
+    assert scorer.identity.kind == "cross-encoder+similarity"
+    plain = CrossEncoderScorer(folder / "fold-0").score(QUERY, MEMORIES)
+    blended = scorer.score(QUERY, MEMORIES)
+    vectors = embedder.embed([QUERY, *MEMORIES])
+    cosines = vectors[1:] @ vectors[0]
+    p = np.clip([s.value for s in plain], 1e-7, 1 - 1e-7)
+    expected = 1 / (
+        1
+        + np.exp(
+            -(
+                blend.logit_weight * np.log(p / (1 - p))
+                + blend.similarity_weight * cosines
+                + blend.shift
+            )
+        )
+    )
+    np.testing.assert_allclose([s.value for s in blended], expected, atol=1e-5)
+
+
+def test_a_blend_refuses_another_sentence_encoder(trained_scorer):
+    from earm_jax.scoring.similarity_blend import (
+        BlendedScorer,
+        SimilarityBlend,
+        load_blend,
+    )
+
+    folder, _, _ = trained_scorer
+    blend = load_blend(folder / "fold-0")
+
+    class Other:
+        identity = "another-model-0123"
+
+    with pytest.raises(ValueError, match="fitted with"):
+        BlendedScorer(CrossEncoderScorer(folder / "fold-0"), blend, Other())
+    assert SimilarityBlend.from_json(blend.to_json()) == blend
+    with pytest.raises(ValueError, match="similarity_weight"):
+        SimilarityBlend(1.0, float("nan"), 0.0, "m")
+    with pytest.raises(ValueError, match="format"):
+        SimilarityBlend.from_json({"format": "x"})

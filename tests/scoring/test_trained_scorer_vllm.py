@@ -71,3 +71,23 @@ def test_vllm_equals_the_in_process_scorer(served_fold, pairs, endpoint):
     assert all(s.ok for row in remote for s in row)
     assert local_values.size == remote_values.size > 100
     assert np.max(np.abs(local_values - remote_values)) < AGREEMENT
+
+
+def test_the_similarity_blend_gives_the_same_scores_on_both_paths(
+    served_fold, pairs, embedding_cache_dir
+):
+    from earm_jax.scoring.similarity_blend import BlendedScorer, load_blend
+    from earm_jax.store.embeddings import Embedder
+
+    server, model = served_fold
+    blend = load_blend(model)
+    embedder = Embedder(cache_dir=embedding_cache_dir)
+    local = BlendedScorer(CrossEncoderScorer(model), blend, embedder).score_many(pairs)
+    config = VllmScorerConfig(
+        base_url=server.base_url, model=server.model_name, mode="rerank"
+    )
+    with VllmScorer(config) as client:
+        remote = BlendedScorer(client, blend, embedder).score_many(pairs)
+    local_values = np.array([s.value for row in local for s in row])
+    remote_values = np.array([s.value for row in remote for s in row])
+    assert np.max(np.abs(local_values - remote_values)) < AGREEMENT

@@ -1,0 +1,211 @@
+r"""A cross-encoder's answer combined with the retriever's similarity.
+
+A cross-encoder fine-tuned on a few thousand questions ranks a pool far better
+than similarity, but not always better than both together: it misses what the
+sentence encoder learned from a billion pairs. The blend is a logistic model
+fitted on pools the cross-encoder did not train on:
+
+.. math::
+
+   p = \sigma\bigl(\alpha\,\operatorname{logit}(p_{\mathrm{ce}})
+       + \beta \cos(e_q, e_m) + \gamma\bigr),
+
+where :math:`p_{\mathrm{ce}}` is the cross-encoder's calibrated answer and
+:math:`\cos(e_q, e_m)` the cosine of the two texts' sentence embeddings (the
+same model the retriever's pool comes from). ``earm train-scorer`` fits
+:math:`(\alpha, \beta, \gamma)` on its held-back questions and writes them
+next to the model (``similarity_blend.json``); :class:`BlendedScorer` applies
+them to any scorer of that model, in process or behind vLLM, so both give the
+same scores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .base import PairScore, Scorer, ScorerIdentity
+
+BLEND_FILE = "similarity_blend.json"
+BLEND_FORMAT = "earm-similarity-blend-v1"
+_EDGE = 1e-7  # answers are clipped to [1e-7, 1 - 1e-7] before the logit
+
+
+@dataclasses.dataclass(frozen=True)
+class SimilarityBlend:
+    """The fitted blend.
+
+    Attributes:
+      logit_weight: :math:`\\alpha`.
+      similarity_weight: :math:`\\beta`.
+      shift: :math:`\\gamma`.
+      embedding_model: identity of the sentence encoder whose cosine it was
+        fitted on (another model's cosines mean something else).
+      pairs: pairs it was fitted on.
+    """
+
+    logit_weight: float
+    similarity_weight: float
+    shift: float
+    embedding_model: str
+    pairs: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("logit_weight", "similarity_weight", "shift"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not math.isfinite(float(value)):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
+        if not isinstance(self.embedding_model, str) or not self.embedding_model:
+            raise ValueError("embedding_model must name the sentence encoder")
+
+    def combine(self, answers: np.ndarray, cosines: np.ndarray) -> np.ndarray:
+        """Blended probabilities of answers in [0, 1] and cosines."""
+        clipped = np.clip(np.asarray(answers, np.float64), _EDGE, 1.0 - _EDGE)
+        logit = np.log(clipped) - np.log1p(-clipped)
+        z = (
+            self.logit_weight * logit
+            + self.similarity_weight * np.asarray(cosines, np.float64)
+            + self.shift
+        )
+        return 1.0 / (1.0 + np.exp(-z))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": BLEND_FORMAT, **dataclasses.asdict(self)}
+
+    @staticmethod
+    def from_json(data: Any) -> SimilarityBlend:
+        """Reads :meth:`to_json`'s dict; ``ValueError`` naming a bad field."""
+        if not isinstance(data, dict) or data.get("format") != BLEND_FORMAT:
+            raise ValueError(
+                f"not a similarity blend (format must be {BLEND_FORMAT!r})"
+            )
+        fields = {f.name for f in dataclasses.fields(SimilarityBlend)}
+        missing = fields - set(data) - {"pairs"}
+        if missing:
+            raise ValueError(f"similarity blend lacks {sorted(missing)}")
+        return SimilarityBlend(**{k: v for k, v in data.items() if k in fields})
+
+
+def load_blend(folder: str | os.PathLike[str]) -> SimilarityBlend | None:
+    """The blend stored in a model folder, or ``None`` when it has none."""
+    path = Path(folder) / BLEND_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"{str(path)!r} cannot be read: {error}") from error
+    return SimilarityBlend.from_json(data)
+
+
+def write_blend(folder: str | os.PathLike[str], blend: SimilarityBlend) -> Path:
+    path = Path(folder) / BLEND_FILE
+    path.write_text(json.dumps(blend.to_json(), indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+class BlendedScorer:
+    """A scorer whose answers are blended with the texts' cosine similarity.
+
+    Args:
+      inner: the cross-encoder's scorer (in process or vLLM ``rerank``).
+      blend: the fitted blend.
+      embedder: the sentence encoder the blend was fitted with (its
+        ``identity`` must equal ``blend.embedding_model``); embeddings go
+        through its cache.
+
+    Raises:
+      ValueError: the embedder is not the one the blend was fitted with.
+    """
+
+    def __init__(self, inner: Scorer, blend: SimilarityBlend, embedder: Any) -> None:
+        if embedder.identity != blend.embedding_model:
+            raise ValueError(
+                f"the similarity blend was fitted with {blend.embedding_model}, not "
+                f"{embedder.identity}: pass that sentence encoder"
+            )
+        self.inner = inner
+        self.blend = blend
+        self.embedder = embedder
+        base = inner.identity
+        self._identity = ScorerIdentity(
+            kind=f"{base.kind}+similarity",
+            model=base.model,
+            prompt_version=base.prompt_version,
+            settings=tuple(
+                sorted(
+                    (
+                        *base.settings,
+                        (
+                            "blend",
+                            f"{blend.logit_weight:.9g},{blend.similarity_weight:.9g},"
+                            f"{blend.shift:.9g}",
+                        ),
+                        ("embedding_model", embedder.identity),
+                    )
+                )
+            ),
+        )
+
+    @property
+    def identity(self) -> ScorerIdentity:
+        return self._identity
+
+    @property
+    def counters(self) -> Any:
+        return getattr(self.inner, "counters", None)
+
+    @property
+    def pairs_scored(self) -> int:
+        return int(getattr(self.inner, "pairs_scored", 0))
+
+    def score(self, query: str, memories: Sequence[str]) -> list[PairScore]:
+        return self.score_many([(query, memories)])[0]
+
+    def score_many(
+        self, requests: Sequence[tuple[str, Sequence[str]]]
+    ) -> list[list[PairScore]]:
+        answers = self.inner.score_many(requests)
+        texts = list(
+            dict.fromkeys(
+                [query for query, _ in requests]
+                + [memory for _, memories in requests for memory in memories]
+            )
+        )
+        vectors = dict(zip(texts, self.embedder.embed(texts), strict=True))
+        out = []
+        for (query, memories), row in zip(requests, answers, strict=True):
+            if not memories:
+                out.append([])
+                continue
+            cosines = np.array([float(vectors[query] @ vectors[m]) for m in memories])
+            values = np.array([s.value if s.ok else 0.5 for s in row], np.float64)
+            blended = self.blend.combine(values, cosines)
+            out.append(
+                [
+                    PairScore.success(float(b)) if s.ok else s
+                    for s, b in zip(row, blended, strict=True)
+                ]
+            )
+        return out
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()
+
+
+__all__ = [
+    "BLEND_FILE",
+    "BlendedScorer",
+    "SimilarityBlend",
+    "load_blend",
+    "write_blend",
+]
