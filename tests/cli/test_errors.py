@@ -69,7 +69,7 @@ def test_locomo_folder_without_json(capsys, tmp_path):
     ("argv", "expected"),
     [
         (["--memories", "facts"], "--memories must be turns or observations"),
-        (["--scorer", "gpt"], "--scorer must be evidence or vllm"),
+        (["--scorer", "gpt"], "--scorer must be evidence, cross-encoder or vllm"),
         (["--scorer", "vllm"], "earm serve-scorer"),
         (["--answer"], "--answer needs --answer-base-url"),
         (["--noise", "high"], "--noise must be comma-separated numbers"),
