@@ -192,6 +192,15 @@ def locomo(
             "(0: any; 0.5: predicted relevant)."
         ),
     ] = 0.0,
+    side_information: Annotated[
+        bool,
+        typer.Option(
+            "--side-information",
+            help="Also run mixed_side and best_side: the completion learned "
+            "from the query's and memory's embeddings (shared weights, fitted "
+            "online) in place of the low-rank term.",
+        ),
+    ] = False,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write JSON here.")
     ] = None,
@@ -279,6 +288,7 @@ def locomo(
         call_budget=call_budget,
         expand=expand,
         expand_min_score=expand_min_score,
+        side_information=side_information,
     )
     with user_errors("fix the option named above (see `earm locomo --help`)"):
         job.validate()

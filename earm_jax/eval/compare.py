@@ -16,6 +16,11 @@ policies need no solver. ``policy_metrics`` turns rankings into per-query metric
 | ``bias_only`` | ``B_t`` | ``mixed`` with rank 0 |
 | ``top_similarity`` | ``B_t`` | the ``B_t`` most similar by answer, then similarity |
 
+With a side-information model (``side=``, :mod:`earm_jax.core.side_information`)
+and a stream that carries embeddings, ``mixed_side`` (Mixed's anchors and calls,
+completed from the texts) and, with ``adaptive``, ``best_side`` (``best`` whose
+learned order reads that completion): :mod:`earm_jax.policies.side_information`.
+
 With ``expand=E > 0`` an eighth (or ninth) policy ``mixed_expand``: Mixed's
 ranking of the pool plus ``E`` expansion slots, the eligible memories outside
 the pool with the highest completion (DESIGN §2.8,
@@ -38,10 +43,12 @@ from earm_jax.core.config import SolverConfig
 from earm_jax.core.expand import expanded_ranking, run_expanded
 from earm_jax.core.online import online_solver
 from earm_jax.core.run import run
+from earm_jax.core.side_information import SideInformation
 from earm_jax.eval.metrics import ranking_metrics, ranking_positions
 from earm_jax.policies.adaptive import AdaptiveConfig, adaptive_policy, run_adaptive
 from earm_jax.policies.adaptive_history import run_adaptive_with_history
 from earm_jax.policies.anchors import top_similarity_anchors
+from earm_jax.policies.side_information import run_best_side, run_mixed_side
 from earm_jax.types import Array, ArrayLike, PRNGKey
 
 POLICIES = (
@@ -110,6 +117,7 @@ def compare_policies(
     adaptive: AdaptiveConfig | None = None,
     expand: int = 0,
     expand_min_score: float = -float("inf"),
+    side: SideInformation | None = None,
 ) -> dict[str, PolicyRanking]:
     """Rankings of all seven policies on one stream (jit-able; vmap over streams).
 
@@ -128,11 +136,20 @@ def compare_policies(
         ``"mixed_expand"`` (needs ``stream.relevant_memories``).
       expand_min_score: an outside memory takes a slot only with a completion
         at least this (``-inf``: no gate).
+      side: a side-information model; adds ``"mixed_side"`` (and
+        ``"best_side"`` with ``adaptive``); needs ``stream.query_embeddings``
+        and ``stream.memory_embeddings``.
 
     Returns:
       ``{policy name: PolicyRanking}`` for every name in :data:`POLICIES`
-      (and ``"best"``, ``"mixed_expand"``).
+      (and ``"best"``, ``"mixed_expand"``, ``"mixed_side"``, ``"best_side"``).
     """
+    if side is not None and (
+        stream.query_embeddings is None or stream.memory_embeddings is None
+    ):
+        raise ValueError(
+            "side needs stream.query_embeddings and stream.memory_embeddings"
+        )
     usable = usable_mask(stream)
     answers = jnp.asarray(stream.scores, jnp.float32)
     similarity = jnp.where(usable, stream.queries.similarity, -jnp.inf)
@@ -206,6 +223,30 @@ def compare_policies(
         else:
             _, best = run_adaptive(best_policy, stream.queries, answers, usable)
         extra["best"] = PolicyRanking(best.scores, usable, best.calls, best.rounds)
+        if side is not None:
+            _, best_side = run_best_side(
+                best_policy,
+                side,
+                stream.queries,
+                answers,
+                stream.query_embeddings,
+                stream.memory_embeddings,
+                usable,
+            )
+            extra["best_side"] = PolicyRanking(
+                best_side.scores, usable, best_side.calls, best_side.rounds
+            )
+    if side is not None:
+        _, mixed_side = run_mixed_side(
+            side,
+            stream.queries,
+            answers,
+            anchors,
+            stream.query_embeddings,
+            stream.memory_embeddings,
+            usable,
+        )
+        extra["mixed_side"] = PolicyRanking(mixed_side, usable, calls)
     return (
         extra
         | {
@@ -297,6 +338,7 @@ def evaluate_policies(
     adaptive: AdaptiveConfig | None = None,
     expand: int = 0,
     expand_min_score: float = -float("inf"),
+    side: SideInformation | None = None,
 ) -> tuple[dict[str, dict[str, Array]], Array, Array]:
     """``compare_policies`` then ``policy_metrics`` for one stream.
 
@@ -305,7 +347,7 @@ def evaluate_policies(
       ``config``, ``policy`` and ``ks`` closed over.
     """
     rankings = compare_policies(
-        key, stream, config, policy, adaptive, expand, expand_min_score
+        key, stream, config, policy, adaptive, expand, expand_min_score, side
     )
     metrics, has_relevant = policy_metrics(rankings, stream, ks)
     return metrics, has_relevant, rankings["mixed"].calls

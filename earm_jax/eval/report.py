@@ -28,6 +28,10 @@ CONTRASTS = (
     ("best", "semantic"),
     ("mixed_expand", "mixed"),
     ("mixed_expand", "top_similarity"),
+    ("mixed_side", "mixed"),
+    ("mixed_side", "bias_only"),
+    ("best_side", "best"),
+    ("best_side", "top_similarity"),
 )
 """Paired contrasts reported, as (treatment, baseline). DESIGN §3: anchor
 contribution = observed - semantic; completion contribution = mixed - observed

@@ -80,6 +80,7 @@ class LocomoJob:
     call_budget: float = 0.25
     expand: int = 0
     expand_min_score: float = 0.0
+    side_information: bool = False
 
     def validate(self) -> None:
         """Raises ``ValueError`` naming the first bad field."""
@@ -119,6 +120,7 @@ class LocomoJob:
             call_budget=self.call_budget,
             expand=self.expand,
             expand_min_score=self.expand_min_score,
+            side_information=self.side_information,
         )
 
 

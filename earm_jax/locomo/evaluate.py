@@ -20,6 +20,7 @@ import numpy as np
 
 from earm_jax.base import NOT_INSERTED, Query, Stream
 from earm_jax.core.config import SolverConfig
+from earm_jax.core.side_information import SideInformation, side_information
 from earm_jax.eval.compare import compare_policies, evaluate_policies
 from earm_jax.locomo.streams import LocomoStream, StreamArrays
 from earm_jax.scoring.base import Scorer
@@ -32,11 +33,18 @@ class LocomoRunSettings(EarmSettings):
     :class:`~earm_jax.settings.EarmSettings`, the cut-offs ``ks``, ``expand``
     (the search-expansion slots of policy ``mixed_expand``, 0: off) and
     ``expand_min_score`` (the completion an outside memory needs for a slot;
-    0 admits any, the scores being clipped into [0, 1])."""
+    0 admits any, the scores being clipped into [0, 1]); ``side_information``
+    adds the policies ``mixed_side`` and ``best_side``, completed from the
+    texts' embeddings (:mod:`earm_jax.policies.side_information`)."""
 
     ks: tuple[int, ...] = (10, 20)
     expand: int = 0
     expand_min_score: float = 0.0
+    side_information: bool = False
+
+    def side_model(self) -> SideInformation | None:
+        """The side-information model, or ``None`` when it is off."""
+        return side_information() if self.side_information else None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -111,6 +119,14 @@ def pad_and_stack(arrays: Sequence[StreamArrays]) -> tuple[Stream, np.ndarray]:
         stacked["num_relevant"].append(pad(a.num_relevant, num_queries, 0))
         stacked["category"].append(pad(a.category, num_queries, 0))
     data = {name: np.stack(values) for name, values in stacked.items()}
+    memory_embeddings = query_embeddings = None
+    if all(a.memory_embeddings is not None for a in arrays):
+        width = arrays[0].memory_embeddings.shape[1]
+        memory_embeddings = np.zeros((len(arrays), num_memories, width), np.float32)
+        query_embeddings = np.zeros((len(arrays), num_queries, width), np.float32)
+        for row, a in enumerate(arrays):
+            memory_embeddings[row, : a.memory_embeddings.shape[0]] = a.memory_embeddings
+            query_embeddings[row, : a.query_embeddings.shape[0]] = a.query_embeddings
     relevant_memories = None
     if all(a.relevant_memories is not None for a in arrays):
         relevant_memories = np.zeros((len(arrays), num_queries, num_memories), bool)
@@ -131,6 +147,12 @@ def pad_and_stack(arrays: Sequence[StreamArrays]) -> tuple[Stream, np.ndarray]:
         relevant_memories=None
         if relevant_memories is None
         else jnp.asarray(relevant_memories),
+        memory_embeddings=None
+        if memory_embeddings is None
+        else jnp.asarray(memory_embeddings),
+        query_embeddings=None
+        if query_embeddings is None
+        else jnp.asarray(query_embeddings),
     )
     return streams, real
 
@@ -155,6 +177,7 @@ def _batched_job(config: SolverConfig, run: LocomoRunSettings) -> Callable:
                 adaptive,
                 run.expand,
                 run.expand_min_score,
+                run.side_model(),
             )
         )(keys, streams)
 
@@ -168,7 +191,14 @@ def _contexts_job(config: SolverConfig, run: LocomoRunSettings, k: int) -> Calla
     def contexts(key, stream):
         adaptive = run.adaptive_config(config.pool_size)
         rankings = compare_policies(
-            key, stream, config, policy, adaptive, run.expand, run.expand_min_score
+            key,
+            stream,
+            config,
+            policy,
+            adaptive,
+            run.expand,
+            run.expand_min_score,
+            run.side_model(),
         )
         out = {}
         for name, ranking in rankings.items():

@@ -59,6 +59,9 @@ class StreamArrays:
       category: ``int32[T]`` LoCoMo category id of each query.
       relevant_memories: ``bool[T, M]`` gold relevance of every memory row, in
         the pool or not (labels for search expansion); ``None`` if not built.
+      memory_embeddings: ``float32[M, D]`` the memories' unit embeddings (side
+        information); ``None`` if not kept.
+      query_embeddings: ``float32[T, D]`` the questions' unit embeddings.
     """
 
     candidates: np.ndarray
@@ -70,6 +73,8 @@ class StreamArrays:
     num_relevant: np.ndarray
     category: np.ndarray
     relevant_memories: np.ndarray | None = None
+    memory_embeddings: np.ndarray | None = None
+    query_embeddings: np.ndarray | None = None
 
     def to_stream(self) -> Stream:
         """The :class:`earm_jax.base.Stream` of ``jnp`` arrays."""
@@ -87,6 +92,12 @@ class StreamArrays:
             relevant_memories=None
             if self.relevant_memories is None
             else jnp.asarray(self.relevant_memories, dtype=bool),
+            memory_embeddings=None
+            if self.memory_embeddings is None
+            else jnp.asarray(self.memory_embeddings, dtype=jnp.float32),
+            query_embeddings=None
+            if self.query_embeddings is None
+            else jnp.asarray(self.query_embeddings, dtype=jnp.float32),
         )
 
 
@@ -279,6 +290,8 @@ def stream_arrays(
         relevant_memories=np.asarray(truth, dtype=bool).reshape(
             num_queries, num_memories
         ),
+        memory_embeddings=np.asarray(memory_vectors, np.float32),
+        query_embeddings=np.asarray(query_vectors, np.float32),
     )
 
 
