@@ -61,8 +61,12 @@ def train_scorer(
     learning_rate: Annotated[float, typer.Option(help="Peak AdamW rate.")] = 4e-5,
     max_length: Annotated[int, typer.Option(help="Tokens per pair.")] = 256,
     precision: Annotated[
-        str, typer.Option(help="Training compute: bfloat16 or float32.")
-    ] = "bfloat16",
+        str,
+        typer.Option(
+            help="Training compute: auto (bfloat16 where the CPU has it natively, "
+            "else float32), bfloat16 or float32."
+        ),
+    ] = "auto",
     scorer_dtype: Annotated[
         str, typer.Option(help="Scoring held-out pools: float32 or bfloat16.")
     ] = "float32",
@@ -90,7 +94,10 @@ def train_scorer(
     from earm_jax.jobs.progress import Progress
     from earm_jax.jobs.train_scorer import TrainScorerJob, run_train_scorer
     from earm_jax.scoring.cross_encoder import CrossEncoderSettings
-    from earm_jax.scoring.cross_encoder_training import TrainingSettings
+    from earm_jax.scoring.cross_encoder_training import (
+        TrainingSettings,
+        resolve_precision,
+    )
 
     data = resolve_data(data)
     with user_errors("fix the option named above (see `earm train-scorer --help`)"):
@@ -110,7 +117,7 @@ def train_scorer(
                 hard_negatives=hard_negatives,
                 learning_rate=learning_rate,
                 max_length=max_length,
-                precision=precision,  # type: ignore[arg-type]
+                precision=resolve_precision(precision),  # type: ignore[arg-type]
                 max_steps=max_steps,
                 seed=seed,
             ),

@@ -219,3 +219,24 @@ def test_a_blend_refuses_another_sentence_encoder(trained_scorer):
         SimilarityBlend(1.0, float("nan"), 0.0, "m")
     with pytest.raises(ValueError, match="format"):
         SimilarityBlend.from_json({"format": "x"})
+
+
+def test_auto_precision_follows_the_cpu(monkeypatch, tmp_path):
+    """bfloat16 only where the CPU computes it natively: emulated bfloat16 is
+    several times slower than float32 (AVX2-only CPUs)."""
+    from earm_jax.scoring import cross_encoder_training as training
+
+    monkeypatch.setattr(training, "native_bfloat16", lambda: True)
+    assert training.resolve_precision("auto") == "bfloat16"
+    monkeypatch.setattr(training, "native_bfloat16", lambda: False)
+    assert training.resolve_precision("auto") == "float32"
+    assert training.resolve_precision("bfloat16") == "bfloat16"
+    monkeypatch.undo()
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor : 0\nflags : fpu avx2 avx512f avx512_bf16\n")
+    assert training.native_bfloat16(str(cpuinfo))
+    cpuinfo.write_text("processor : 0\nflags : fpu avx2\n")
+    assert not training.native_bfloat16(str(cpuinfo))
+    assert not training.native_bfloat16(str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="precision"):
+        training.TrainingSettings(precision="float16")
