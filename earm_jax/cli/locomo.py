@@ -170,6 +170,14 @@ def locomo(
     resamples: Resamples = 1000,
     preset: Preset = "paper",
     call_budget: CallBudget = 0.25,
+    budget_scale: Annotated[
+        float,
+        typer.Option(
+            help="The anchored policies' stage budgets times this (1: the "
+            "paper's, about 26% of Full's calls); e.g. 0.57 puts them near a 15% "
+            "cap to compare with --call-budget 0.15."
+        ),
+    ] = 1.0,
     graded: Annotated[
         float,
         typer.Option(
@@ -286,6 +294,7 @@ def locomo(
         graded=graded,
         preset=preset,
         call_budget=call_budget,
+        budget_scale=budget_scale,
         expand=expand,
         expand_min_score=expand_min_score,
         side_information=side_information,

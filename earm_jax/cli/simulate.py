@@ -65,6 +65,16 @@ def simulate(
         float,
         typer.Option(help="--expand: the completion an outside memory needs."),
     ] = 0.0,
+    side_information: Annotated[
+        int,
+        typer.Option(
+            "--side-information",
+            help="Give memories and queries D-wide text-like embeddings (relevance "
+            "partly a planted bilinear function of them; knob side_information "
+            "sets the share) and add the policies mixed_side and best_side "
+            "(0: off; e.g. 32).",
+        ),
+    ] = 0,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write the results JSON here.")
     ] = None,
@@ -110,6 +120,7 @@ def simulate(
                 call_budget=call_budget,
                 expand=expand,
                 expand_min_score=expand_min_score,
+                side_information=side_information,
                 high_fraction=high_fraction,
                 seed=seed,
                 num_resamples=resamples,

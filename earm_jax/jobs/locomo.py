@@ -78,6 +78,7 @@ class LocomoJob:
     graded: float = 0.0
     preset: str = "paper"
     call_budget: float = 0.25
+    budget_scale: float = 1.0
     expand: int = 0
     expand_min_score: float = 0.0
     side_information: bool = False
@@ -118,6 +119,7 @@ class LocomoJob:
             ks=self.ks,
             preset=self.preset,
             call_budget=self.call_budget,
+            budget_scale=self.budget_scale,
             expand=self.expand,
             expand_min_score=self.expand_min_score,
             side_information=self.side_information,

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from earm_jax.core.config import SolverConfig
+from earm_jax.core.side_information import SideInformation, side_information
 from earm_jax.eval import report
 from earm_jax.eval.compare import evaluate_policies
 from earm_jax.eval.scorer_profile import ScorerProfile, profile_from_json
@@ -41,6 +42,8 @@ class SimulationSettings(EarmSettings):
     ``expand_min_score`` is the completion an outside memory needs for one.
     ``scorer_profile``: a measured scorer's profile (the JSON ``earm
     train-scorer`` writes); the simulated answers are then drawn from it.
+    ``side_information``: ``D > 0`` gives memories and queries D-wide embeddings
+    with planted relevance structure and adds ``mixed_side`` and ``best_side``.
     """
 
     # Measured (8 default streams): 1, 3 and 10 warm-started sweeps per query give
@@ -57,6 +60,7 @@ class SimulationSettings(EarmSettings):
     expand: int = 0
     expand_min_score: float = 0.0
     scorer_profile: dict[str, Any] | None = None
+    side_information: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -64,6 +68,11 @@ class SimulationSettings(EarmSettings):
             profile_from_json(self.scorer_profile)  # raises naming the field
         if not isinstance(self.expand, int) or self.expand < 0:
             raise ValueError(f"expand must be an int >= 0, got {self.expand!r}")
+        if not isinstance(self.side_information, int) or self.side_information < 0:
+            raise ValueError(
+                "side_information must be an embedding width >= 0, got "
+                f"{self.side_information!r}"
+            )
         for name in ("streams", "queries", "memories", "pool_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -97,7 +106,12 @@ class SimulationSettings(EarmSettings):
             num_memories=self.memories,
             num_queries=self.queries,
             pool_size=self.pool_size,
+            embedding_dim=self.side_information,
         )
+
+    def side_model(self) -> SideInformation | None:
+        """The side-information model, or ``None`` when it is off."""
+        return side_information() if self.side_information else None
 
     def sim_knobs(self) -> SimKnobs:
         return SimKnobs(**self.knobs)
@@ -136,6 +150,7 @@ def _compiled_job(shape_json: str) -> Callable:
                 adaptive,
                 settings.expand,
                 settings.expand_min_score,
+                settings.side_model(),
             )
         )(keys, streams)
 
