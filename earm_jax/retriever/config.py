@@ -4,11 +4,15 @@ which shapes, which runtime options), :class:`Memory` and :class:`Retrieved`."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
 
-from earm_jax.settings import EarmSettings
+from earm_jax.base import Policy
+from earm_jax.policies import top_similarity_policy
+from earm_jax.policies.budget import constant_budget
+from earm_jax.settings import PRESETS, EarmSettings
 
 MemoryId = int | str
 
@@ -24,6 +28,9 @@ RUNTIME_FIELDS = (
 )
 
 
+RETRIEVER_PRESETS = ("best", "top_similarity", "paper")
+
+
 @dataclasses.dataclass(frozen=True)
 class RetrieverConfig(EarmSettings):
     """Settings of an online retriever: the shared
@@ -33,6 +40,16 @@ class RetrieverConfig(EarmSettings):
     Experience settings (stored in the journal; reopening with different ones
     raises): every :class:`~earm_jax.settings.EarmSettings` field, ``pool_size``,
     ``initial_memories``, ``initial_queries``, ``seed``.
+
+    Presets (``preset``; a folder keeps the one it was created with):
+      ``"best"`` (the default for new folders): the adaptive multi-round
+        policy under a hard cap of ``call_budget`` times the pool per query
+        on average (:mod:`earm_jax.policies.adaptive`);
+      ``"top_similarity"``: scores the ``ceil(call_budget * pool_size)`` most
+        similar candidates of every query (the equal-calls baseline to compare
+        ``best`` against on one's own traffic);
+      ``"paper"``: the paper's stage schedule and stratified anchors (a new
+        agent scores the whole pool for its first ``block_size`` queries).
 
     Runtime options (free to change on each open):
       top_k: default ``k``.
@@ -51,6 +68,8 @@ class RetrieverConfig(EarmSettings):
     # Constant cost per query however long the agent lives (see
     # earm_jax/core/solvers/incremental.py); "als" refits the whole history.
     solver: str = "incremental"
+    # Beats the paper's policy at equal calls and never scores a whole pool.
+    preset: str = "best"
     pool_size: int = 200
     top_k: int = 10
     initial_memories: int = 1024
@@ -63,7 +82,22 @@ class RetrieverConfig(EarmSettings):
     precompile: bool = True
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        if self.preset not in RETRIEVER_PRESETS:
+            raise ValueError(
+                f"RetrieverConfig.preset must be one of {RETRIEVER_PRESETS}, got "
+                f"{self.preset!r}"
+            )
+        if self.preset in PRESETS:
+            super().__post_init__()
+        else:
+            # The shared settings know the presets every entry point has; the
+            # retriever's own is checked as the paper's (same fields).
+            preset = self.preset
+            object.__setattr__(self, "preset", "paper")
+            try:
+                super().__post_init__()
+            finally:
+                object.__setattr__(self, "preset", preset)
         for name in (
             "pool_size",
             "top_k",
@@ -103,6 +137,14 @@ class RetrieverConfig(EarmSettings):
                 f"RetrieverConfig.synchronous must be 'FULL' or 'NORMAL', got "
                 f"{self.synchronous!r}"
             )
+
+    def policy(self, pool_size: int, budget_scale=None) -> Policy:
+        """The anchor policy of ``paper`` and ``top_similarity`` (``best``
+        picks its anchors in rounds: :mod:`earm_jax.retriever.rounds`)."""
+        if self.preset != "top_similarity":
+            return super().policy(pool_size, budget_scale)
+        calls = min(pool_size, math.ceil(self.call_budget * pool_size))
+        return top_similarity_policy(pool_size, budget=constant_budget(calls))
 
     def experience(self) -> dict[str, Any]:
         """The stored settings (what a reopen must agree with)."""

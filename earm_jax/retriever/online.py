@@ -42,9 +42,9 @@ queries.
 
 from __future__ import annotations
 
-import json
 import math
 import os
+import sqlite3
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -69,6 +69,7 @@ from earm_jax.retriever.config import (
 )
 from earm_jax.retriever.paying import Paying, failure_kind
 from earm_jax.retriever.recovery import Recovery
+from earm_jax.retriever.resident import trim_heap
 from earm_jax.retriever.rounds import AdaptiveRounds
 from earm_jax.retriever.serial import serialized
 from earm_jax.retriever.table import MemoryTable
@@ -77,11 +78,17 @@ from earm_jax.retriever.validation import (
     check_k,
     check_text,
     check_texts,
+    check_where,
     metadata_json,
 )
 from earm_jax.scoring.base import PairScore, Scorer
 from earm_jax.store.embeddings import TextEmbedder
-from earm_jax.store.journal import CorruptFolderError, Journal
+from earm_jax.store.journal import (
+    JOURNAL_NAME,
+    CorruptFolderError,
+    Journal,
+    lost_journal,
+)
 from earm_jax.store.lock import FolderLock, FolderLockedError
 
 
@@ -98,7 +105,9 @@ class OnlineRetriever(Recovery, MemoryTable, Paying, AdaptiveRounds):
       scorer: the relevance scorer; its ``identity`` is recorded, and reopening
         with another scorer identity raises (its scores would mix with the
         stored ones): use a new folder for a new scorer.
-      embedder: text embedder; its width is recorded on the first add.
+      embedder: text embedder; its identity (``identity`` if it has one,
+        its width, its vector of a fixed probe text) is recorded at creation,
+        and reopening with another model raises, like another scorer.
       config: settings; ``None`` takes the stored ones (or the defaults for a
         new folder). Experience settings must match the stored ones.
 
@@ -130,14 +139,24 @@ class OnlineRetriever(Recovery, MemoryTable, Paying, AdaptiveRounds):
         if self.directory.exists() and not self.directory.is_dir():
             raise ValueError(f"{self.directory} exists and is not a folder")
         self.directory.mkdir(parents=True, exist_ok=True)
+        lost = lost_journal(self.directory)
+        if lost is not None:
+            raise CorruptFolderError(lost)
         timeout = (config or RetrieverConfig()).lock_timeout
-        self._lock = FolderLock(self.directory, timeout=timeout)
+        self._lock = FolderLock(
+            self.directory, timeout=timeout, guarded=(JOURNAL_NAME,)
+        )
         self._journal: Journal | None = None
         self._warming: set[tuple[int, int]] = set()
         self._mutex = threading.RLock()
         self._warm_thread: threading.Thread | None = None
         try:
             self._open(scorer, embedder, config)
+        except sqlite3.DatabaseError as error:
+            self._release()
+            raise CorruptFolderError(
+                f"{self.directory / JOURNAL_NAME}: SQLite cannot read it ({error})"
+            ) from error
         except BaseException:
             self._release()
             raise
@@ -260,6 +279,8 @@ class OnlineRetriever(Recovery, MemoryTable, Paying, AdaptiveRounds):
             self._run_dummy(grown, grown_config)
         except Exception:  # noqa: BLE001 - warming is only an optimisation
             pass
+        finally:
+            trim_heap()  # the compiler's working memory, freed in this thread
 
     # ---------------------------------------------------------------- helpers
 
@@ -326,7 +347,7 @@ class OnlineRetriever(Recovery, MemoryTable, Paying, AdaptiveRounds):
         self._last_seq = seq
         self._queries_since_snapshot += 1
         if self._queries_since_snapshot >= self.config.snapshot_every:
-            self.snapshot()
+            self._snapshot_quietly()
         self._warm_ahead()
         return Retrieved(
             memory_ids=[self._ids[candidates[p]] for p in chosen],
@@ -352,13 +373,15 @@ class OnlineRetriever(Recovery, MemoryTable, Paying, AdaptiveRounds):
         Args:
           text: the query.
           k: how many memories (default ``config.top_k``).
-          where: keep only memories whose metadata has these key/value pairs.
+          where: keep only memories whose metadata has these keys with equal
+            values of the same JSON type (``True`` never matches ``1``,
+            ``None`` only a stored ``null``, never a missing key; see
+            :mod:`earm_jax.retriever.validation`).
         """
         self._check_open()
         text = check_text(text, "text")
         k = check_k(k, self.config.top_k)
-        if where is not None and not isinstance(where, Mapping):
-            raise ValueError(f"where must be a dict, got {type(where).__name__}")
+        where = check_where(where)
         if not self._row_of:
             raise ValueError("the retriever holds no memory yet: add() some first")
         vector = self._embed([text], "query")[0]
@@ -391,7 +414,8 @@ class OnlineRetriever(Recovery, MemoryTable, Paying, AdaptiveRounds):
             ``text`` (optional ``score``: the retriever's similarity, else
             cosine with this retriever's embedder; optional ``metadata``), or
             an ``(id, text)`` pair. Unknown ids are added on first sight; a
-            known id with a new text is updated first.
+            known id with a new text is updated first (an edit: a new version
+            with no evidence), and new metadata replaces the stored one.
           k: how many to return (default ``config.top_k``).
         """
         self._check_open()
@@ -435,19 +459,23 @@ class OnlineRetriever(Recovery, MemoryTable, Paying, AdaptiveRounds):
             raise ValueError("give a score for every candidate or for none")
         vector = self._embed([query], "query")[0]
         new = [(m, t, meta) for m, t, _, meta in parsed if m not in self._row_of]
-        changed = [
-            (m, t)
-            for m, t, _, _ in parsed
-            if m in self._row_of and self._texts[self._row_of[m]] != t
-        ]
         if new:
             self.add(
                 [t for _, t, _ in new],
                 [meta for _, _, meta in new],
                 [m for m, _, _ in new],
             )
-        for mid, text in changed:
-            self.update(mid, text)
+        # A known id with a new text is an edit (a new version, no evidence);
+        # new metadata alone replaces the stored metadata.
+        added = {m for m, _, _ in new}
+        for mid, text, _, meta in parsed:
+            if mid in added:
+                continue
+            row = self._row_of[mid]
+            if self._texts[row] != text or (
+                meta is not None and dict(meta) != self._metadata[row]
+            ):
+                self.update(mid, text, meta)
         rows = np.array([self._row_of[m] for m, _, _, _ in parsed], np.int64)
         if parsed[0][2] is not None:
             similarity = np.array([p[2] for p in parsed], np.float32)
@@ -535,12 +563,12 @@ class OnlineRetriever(Recovery, MemoryTable, Paying, AdaptiveRounds):
         self._check_open()
         if not is_int(index) or not 0 <= index < self._count:
             raise ValueError(f"index must be in [0, {self._count}), got {index!r}")
-        row = self._journal._db.execute(
-            "SELECT payload FROM ops WHERE kind='query' AND "
-            "json_extract(payload, '$.index')=?",
-            (int(index),),
-        ).fetchone()
-        return [self._ids[r] for r in json.loads(row[0])["answer"]]
+        op = self._journal.query_op(int(index))
+        if op is None:
+            raise CorruptFolderError(
+                f"{self._journal.path}: the operation of query {index} is missing"
+            )
+        return [self._ids[r] for r in op[2]["answer"]]
 
     # ------------------------------------------------------------------ close
 
@@ -558,7 +586,7 @@ class OnlineRetriever(Recovery, MemoryTable, Paying, AdaptiveRounds):
             return
         try:
             if self._last_seq > self._snapshot_seq:
-                self.snapshot()
+                self._snapshot_quietly()
         finally:
             self._release()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections import Counter
 from typing import Any
 
@@ -19,40 +20,66 @@ from earm_jax.core.online import online_solver
 from earm_jax.policies.adaptive import Ledger
 from earm_jax.retriever.compiled import adaptive_for, build_policy, solver_config_of
 from earm_jax.retriever.config import RUNTIME_FIELDS, RetrieverConfig, runtime_of
+from earm_jax.retriever.resident import trim_heap
 from earm_jax.retriever.serial import serialized
-from earm_jax.store.journal import FORMAT, CorruptFolderError, Journal
+from earm_jax.store.journal import (
+    FORMAT,
+    MARKER_NAME,
+    CorruptFolderError,
+    Journal,
+    write_marker,
+)
+
+_LOG = logging.getLogger("earm_jax.retriever")
+# Embedded at creation and at each open: the same model gives the same vector
+# (up to float noise across machines); another model of the same width not.
+PROBE_TEXT = "Embedder identity probe: a fixed sentence, never stored as a memory."
+PROBE_AGREEMENT = 0.999
 
 
 class Recovery:
     """The opening, replay and snapshot half of :class:`OnlineRetriever`."""
 
     _use_snapshot = True
+    # check and repair open a folder without its embedder.
+    _verify_embedder = True
 
     def _open(self, scorer, embedder, config) -> None:
         runtime = config or RetrieverConfig()
         self.scorer = scorer
         self.embedder = embedder
-        self._journal = journal = Journal(self.directory, runtime.synchronous)
+        self._journal = journal = Journal(
+            self.directory, runtime.synchronous, guard=self._lock.verify
+        )
         scorer_key = scorer.identity.key()
         stored_format = journal.get_meta("format")
         if stored_format is None:
-            if journal.last_seq() > 0:
+            if journal.last_seq() > 0 or (self.directory / MARKER_NAME).exists():
                 raise CorruptFolderError(
-                    f"{journal.path}: operations without settings (meta is empty)"
+                    f"{journal.path}: holds no settings (its meta table is empty) "
+                    "but the folder held a retriever: the journal was truncated "
+                    "or replaced; restore it from a backup"
                 )
             self.config = runtime
+            identity = self._embedder_identity(embedder)
             with journal.transaction() as db:
                 Journal.set_meta(db, "format", FORMAT)
                 Journal.set_meta(db, "config", runtime.experience())
                 Journal.set_meta(db, "runtime", runtime_of(runtime))
                 Journal.set_meta(db, "scorer", scorer_key)
-                Journal.set_meta(db, "width", None)
+                Journal.set_meta(db, "embedder", identity)
+                Journal.set_meta(db, "width", identity and identity["width"])
+            write_marker(self.directory)
         else:
             if stored_format != FORMAT:
                 raise CorruptFolderError(
                     f"{journal.path}: format {stored_format!r}, expected {FORMAT!r}"
                 )
+            write_marker(self.directory)  # folders made before the marker
             stored = journal.get_meta("config")
+            if isinstance(stored, dict) and "preset" not in stored:
+                # Folders made before presets existed ran the paper's policy.
+                stored = {**stored, "preset": "paper"}
             try:
                 base = RetrieverConfig(**stored)
             except (TypeError, ValueError) as error:
@@ -91,16 +118,90 @@ class Recovery:
                     f"{stored_scorer!r}, not {scorer_key!r}: scores of two scorers "
                     "are never mixed in one matrix; use a new folder for this scorer"
                 )
+            self._check_embedder(embedder)
         self._scorer_key = scorer_key
         self.failure_counts: Counter[str] = Counter()
+        self.snapshot_failures = 0
+        self.last_snapshot_error: str | None = None
         self._rebuild()
+
+    def _embedder_identity(self, embedder) -> dict | None:
+        """What identifies the embedding model: its ``identity`` (when it
+        names one), its width, and its vector of a fixed probe text (which
+        tells two models of the same width apart)."""
+        if not self._verify_embedder:
+            return None
+        vectors = np.asarray(embedder.embed([PROBE_TEXT]), np.float32)
+        if vectors.ndim != 2 or vectors.shape[0] != 1 or vectors.shape[1] < 1:
+            raise ValueError(
+                f"the embedder returned shape {vectors.shape} for one text; "
+                "expected (1, width)"
+            )
+        if not np.all(np.isfinite(vectors)):
+            raise ValueError("the embedder returned a non-finite vector")
+        name = getattr(embedder, "identity", None)
+        return {
+            "name": name if isinstance(name, str) else None,
+            "width": int(vectors.shape[1]),
+            "probe": [float(x) for x in vectors[0]],
+        }
+
+    def _check_embedder(self, embedder) -> None:
+        """Refuses an embedder other than the folder's (recorded at creation;
+        folders made before that record it now, if its width fits)."""
+        current = self._embedder_identity(embedder)
+        if current is None:
+            return
+        journal = self._journal
+        stored = journal.get_meta("embedder")
+        width = journal.get_meta("width")
+        if stored is None:
+            stored = {"name": None, "width": width, "probe": None}
+        where = f"{self.directory} holds memories embedded"
+        if stored["width"] is not None and stored["width"] != current["width"]:
+            raise ValueError(
+                f"{where} with width {stored['width']}; this embedder gives width "
+                f"{current['width']}: use the folder's embedding model, or a new "
+                "folder"
+            )
+        if stored["name"] and current["name"] and stored["name"] != current["name"]:
+            raise ValueError(
+                f"{where} by {stored['name']!r}, not {current['name']!r}: "
+                "similarities of two models are never mixed; use a new folder"
+            )
+        if stored["probe"] is not None:
+            recorded = np.asarray(stored["probe"], np.float32)
+            cosine = float(
+                recorded
+                @ np.asarray(current["probe"], np.float32)
+                / max(
+                    np.linalg.norm(recorded) * np.linalg.norm(current["probe"]), 1e-12
+                )
+            )
+            if cosine < PROBE_AGREEMENT:
+                raise ValueError(
+                    f"{where} by another model: this embedder's vector of the "
+                    f"probe text differs from the recorded one (cosine "
+                    f"{cosine:.4f} < {PROBE_AGREEMENT}); use the folder's "
+                    "embedding model, or a new folder"
+                )
+        elif width is None or width == current["width"]:
+            with journal.transaction() as db:
+                Journal.set_meta(db, "embedder", current)
+                Journal.set_meta(db, "width", current["width"])
 
     def _rebuild(self) -> None:
         """Loads memories, then the snapshot, then replays the journal after it."""
         journal = self._journal
         assert journal is not None
         self.width = journal.get_meta("width")
+        problems = journal.integrity_problems()
+        if problems:
+            raise CorruptFolderError(
+                f"{journal.path}: SQLite integrity check failed: {'; '.join(problems)}"
+            )
         rows = journal.memory_rows()
+        retired_by_ops = journal.retired_rows()
         self._reset_memory_tables()
         embeddings = []
         for position, (row, mid, text, meta, blob, origin, _op, retired) in enumerate(
@@ -127,6 +228,11 @@ class Recovery:
                 raise CorruptFolderError(
                     f"{where}: origin {origin} is not an earlier row"
                 )
+            if retired != retired_by_ops.get(row):
+                raise CorruptFolderError(
+                    f"{where}: retired by operation {retired}, but the operations "
+                    f"retire it at {retired_by_ops.get(row)}"
+                )
             embeddings.append(vector)
             self._ids.append(mid)
             self._texts.append(text)
@@ -150,11 +256,6 @@ class Recovery:
         self._rows_applied = 0
         self._last_seq = 0
         after = 0
-        problems = journal.integrity_problems()
-        if problems:
-            raise CorruptFolderError(
-                f"{journal.path}: SQLite integrity check failed: {'; '.join(problems)}"
-            )
         snapshot = journal.latest_snapshot() if self._use_snapshot else None
         if snapshot is not None:
             loaded = self._load_snapshot(snapshot)
@@ -188,6 +289,10 @@ class Recovery:
                 if bad:
                     raise CorruptFolderError(f"{where}: retires unknown rows {bad}")
                 self._apply_retire(payload["rows"])
+            elif kind == "metadata":
+                # The rows hold the current metadata; the solver never reads it.
+                if not 0 <= payload.get("row", -1) < self._rows_applied:
+                    raise CorruptFolderError(f"{where}: relabels an unknown row")
             elif kind == "query":
                 if payload.get("index") != expected_query:
                     raise CorruptFolderError(
@@ -214,7 +319,7 @@ class Recovery:
             self._queries_since_snapshot >= self.config.snapshot_every
             and self._use_snapshot
         ):
-            self.snapshot()
+            self._snapshot_quietly()
 
     def _experience(self, state: SolverState | None = None, ledger: Any = None):
         """What a snapshot holds: the solver state, and the ``best`` preset's
@@ -319,6 +424,24 @@ class Recovery:
 
     # ------------------------------------------------------------- snapshots
 
+    def _snapshot_quietly(self) -> None:
+        """A snapshot after a committed operation: it only speeds up the next
+        open (the journal holds everything), so a failure (disk full, I/O
+        error) is counted in :attr:`snapshot_failures`, logged, and retried
+        at the next operation, never raised to a caller whose write is
+        already stored."""
+        try:
+            self.snapshot()
+        except Exception as error:  # noqa: BLE001 - counted, logged, retried
+            self.snapshot_failures += 1
+            self.last_snapshot_error = f"{type(error).__name__}: {error}"
+            _LOG.warning(
+                "%s: snapshot failed (%s); the journal holds every operation, "
+                "the snapshot is retried after the next one",
+                self.directory,
+                self.last_snapshot_error,
+            )
+
     @serialized
     def snapshot(self) -> int:
         """Writes the solver state now (atomically); returns the bytes written."""
@@ -333,4 +456,5 @@ class Recovery:
         )
         self._queries_since_snapshot = 0
         self._snapshot_seq = self._last_seq
+        trim_heap()  # the snapshot's copies of the state are garbage now
         return written

@@ -5,6 +5,7 @@ delete) or read it (get, memories, the similarity pool)."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 
 import jax.numpy as jnp
@@ -17,9 +18,12 @@ from earm_jax.retriever.validation import (
     check_id,
     check_text,
     check_texts,
+    matches,
     metadata_json,
 )
 from earm_jax.store.journal import Journal
+
+_LOG = logging.getLogger("earm_jax.retriever")
 
 
 class MemoryTable:
@@ -77,8 +81,8 @@ class MemoryTable:
 
     def _append_rows(self, db, ids, texts, metas, vectors, origins, seq) -> None:
         first = len(self._ids)
-        db.executemany(
-            "INSERT INTO memories VALUES (?, ?, ?, ?, ?, ?, ?, NULL)",
+        Journal.insert_memories(
+            db,
             [
                 (first + i, mid, text, meta, vector.tobytes(), origin, seq)
                 for i, (mid, text, meta, vector, origin) in enumerate(
@@ -171,28 +175,40 @@ class MemoryTable:
         return list(ids)
 
     @serialized
-    def update(self, id: MemoryId, text: str, metadata: Mapping | None = None) -> None:
-        """Replaces a memory's text (and metadata, if given); keeps its id.
+    def update(
+        self,
+        id: MemoryId,
+        text: str | None = None,
+        metadata: Mapping | None = None,
+    ) -> None:
+        """Replaces a memory's text and/or metadata; keeps its id.
 
-        The new text gets a fresh row with no observations: scores paid for
-        the old text are never counted as evidence for the new one.
+        A new text gets a fresh row with no observations: scores paid for the
+        old text are never counted as evidence for the new one. New metadata
+        alone (``text`` ``None`` or unchanged) is replaced in place: the text,
+        hence its evidence, is the same.
         """
         self._check_open()
         mid = check_id(id, "id")
-        text = check_text(text, "text")
+        if text is None and metadata is None:
+            raise ValueError("update needs a text or metadata (both are None)")
+        if text is not None:
+            text = check_text(text, "text")
+        meta = None if metadata is None else metadata_json(metadata, "metadata")
         if mid not in self._row_of:
             raise KeyError(f"no live memory with id {mid!r}")
         old = self._row_of[mid]
-        meta = (
-            json.dumps(self._metadata[old], sort_keys=True)
-            if metadata is None
-            else metadata_json(metadata, "metadata")
-        )
+        if text is None or text == self._texts[old]:
+            if meta is not None:
+                self._replace_metadata(old, meta)
+            return
+        if meta is None:
+            meta = json.dumps(self._metadata[old], sort_keys=True)
         vectors = self._embed([text], "text")
         new = len(self._ids)
         with self._journal.transaction() as db:
             seq = Journal.append_op(db, "retire", {"rows": [old], "reason": "update"})
-            db.execute("UPDATE memories SET retired_op=? WHERE row=?", (seq, old))
+            Journal.retire_memories(db, [old], seq)
             seq = Journal.append_op(db, "add", {"first": new, "count": 1})
             self._append_rows(
                 db, [mid], [text], [meta], vectors, [self._origin[old]], seq
@@ -204,9 +220,30 @@ class MemoryTable:
         self._apply_add(new, 1)
         self._last_seq = seq
 
+    def _replace_metadata(self, row: int, meta: str) -> None:
+        if meta == json.dumps(self._metadata[row], sort_keys=True):
+            return
+        with self._journal.transaction() as db:
+            seq = Journal.append_op(db, "metadata", {"row": row})
+            self._journal.replace_metadata(db, row, meta)
+        self._metadata[row] = json.loads(meta)
+        self._last_seq = seq
+
     @serialized
     def delete(self, ids: Sequence[MemoryId]) -> None:
-        """Deletes memories: never a candidate, scored or returned again."""
+        """Deletes memories: never a candidate, scored or returned again, and
+        forgotten on disk.
+
+        When the call returns, the text, metadata and embedding of every
+        version of each deleted memory are gone from every file of the folder
+        (overwritten in the journal, freed space zeroed, the WAL checkpointed
+        and truncated), and so are the paid scores keyed by those texts
+        (unless a live memory has the same text). Kept: the id, as a
+        tombstone (ids are never reused), its rows as empty placeholders (the
+        experience matrix's rows keep their numbers), and the scores already
+        folded into the solver's history as numbers that are masked (never a
+        candidate again) and name no text.
+        """
         self._check_open()
         if isinstance(ids, str) or not isinstance(ids, Sequence):
             raise ValueError("ids must be a list of ids")
@@ -217,17 +254,35 @@ class MemoryTable:
         if not ids:
             return
         rows = sorted({self._row_of[mid] for mid in ids})
+        forgotten = set(ids)
+        versions = [r for r, mid in enumerate(self._ids) if mid in forgotten]
+        texts = {self._texts[r] for r in versions}
+        kept = {self._texts[r] for r in self._row_of.values() if r not in rows}
         with self._journal.transaction() as db:
             seq = Journal.append_op(db, "retire", {"rows": rows, "reason": "delete"})
-            db.executemany(
-                "UPDATE memories SET retired_op=? WHERE row=?", [(seq, r) for r in rows]
-            )
+            Journal.retire_memories(db, rows, seq)
+            self._journal.scrub_memories(db, versions, self.width or 0)
+            Journal.forget_scores(db, sorted(texts - kept - {""}))
         for row in rows:
             self._live[row] = False
             del self._row_of[self._ids[row]]
             self._retired_ids.add(self._ids[row])
+        for row in versions:
+            self._texts[row] = ""
+            self._metadata[row] = {}
+            self._embeddings[row] = 0.0
         self._apply_retire(rows)
         self._last_seq = seq
+        if not self._journal.flush_freed():
+            # The delete is committed: report, never raise; the next delete or
+            # the close (SQLite checkpoints when its last connection closes)
+            # truncates the WAL.
+            _LOG.warning(
+                "%s: the WAL could not be truncated after a delete (another "
+                "connection is reading); the deleted content stays in the -wal "
+                "file until the next checkpoint",
+                self.directory,
+            )
 
     @serialized
     def get(self, ids: Sequence[MemoryId]) -> list[Memory]:
@@ -259,10 +314,7 @@ class MemoryTable:
         live = np.asarray(self._live[: self._visible_rows], bool)
         if where:
             match = np.array(
-                [
-                    all(meta.get(k) == v for k, v in where.items())
-                    for meta in self._metadata[: self._visible_rows]
-                ],
+                [matches(meta, where) for meta in self._metadata[: self._visible_rows]],
                 bool,
             )
             live &= match
