@@ -182,6 +182,7 @@ def run(
         ),
         "scorer_pairs": scorer.pairs,
         "mean_calls_per_query": float(np.mean(calls)),
+        "calls_of_first_20_queries": calls[:20],
         "final_capacity": retriever.solver_config.capacity,
         "final_memory_rows": retriever.solver_config.num_memories,
     }
@@ -252,8 +253,19 @@ def main(argv: list[str] | None = None) -> None:
         help="small sizes (1,000 memories, 300 queries; 3 tenants of 200, 600 "
         "queries) to check the benchmark runs",
     )
+    parser.add_argument(
+        "--no-trim",
+        action="store_true",
+        help="do not hand freed heap pages back after snapshots and compiles "
+        "(the A/B of that fix's effect on resident memory)",
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
+    if args.no_trim:
+        import earm_jax.retriever.online as online
+        import earm_jax.retriever.recovery as recovery
+
+        online.trim_heap = recovery.trim_heap = lambda: False
     if args.quick:
         args.memories, args.queries = [1000], 300
         args.tenants, args.tenant_memories, args.tenant_queries = 3, 200, 600
@@ -268,6 +280,7 @@ def main(argv: list[str] | None = None) -> None:
             "scorer": "instant hash scorer, its time subtracted",
             "quick": args.quick,
             "warmup_queries": args.warmup,
+            "heap_trimmed": not args.no_trim,
         },
         "metadata": metadata(argv),
         "results": results,

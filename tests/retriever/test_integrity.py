@@ -120,8 +120,9 @@ def test_a_damaged_paid_score_is_never_served_and_a_fresh_one_replaces_it(
     folder = _copy(pristine, tmp_path)
     lines = pristine.with_name("paid.json").read_text().splitlines()
     pairs = sorted({tuple(json.loads(line)) for line in lines})
-    # Scores are stored as 8-byte big-endian doubles; 1.0 is a keyword hit.
-    _flip(folder, struct.pack(">d", 1.0), 7, xor=0x10)
+    # Scores are 8-byte big-endian doubles (an integral 1.0 is stored as the
+    # integer 1, in no bytes at all); 0.05 is a keyword miss.
+    _flip(folder, struct.pack(">d", 0.05), 7, xor=0x10)
     assert "paid score" in _problems(folder, deep=False)
     key = KeywordScorer().identity.key()
     journal = Journal(folder)
@@ -133,8 +134,9 @@ def test_a_damaged_paid_score_is_never_served_and_a_fresh_one_replaces_it(
         assert len(unpaid) == 1 and journal.damaged_scores == 1
         assert all(v in (1.0, 0.05) for v in values if v is not None)
         (query, memory), scorer = unpaid[0], KeywordScorer()
-        journal.put_scores(key, [(query, memory, scorer.value(query, memory))], 6)
-        assert journal.get_scores(key, query, [memory]) == [1.0]
+        value = scorer.value(query, memory)
+        journal.put_scores(key, [(query, memory, value)], 6)
+        assert journal.get_scores(key, query, [memory]) == [value]
         assert journal.findings() == []
     finally:
         journal.close()
@@ -142,7 +144,7 @@ def test_a_damaged_paid_score_is_never_served_and_a_fresh_one_replaces_it(
 
 def test_repair_drops_damaged_scores_and_rebuilds_the_snapshot(pristine, tmp_path):
     folder = _copy(pristine, tmp_path)
-    _flip(folder, struct.pack(">d", 1.0), 7, xor=0x10)
+    _flip(folder, struct.pack(">d", 0.05), 7, xor=0x10)
     actions = repair(folder)
     assert any("dropped 1 damaged paid score" in action for action in actions)
     assert check(folder, deep=True).ok
