@@ -1,17 +1,24 @@
-"""Online retriever cost: ``query`` latency without the scorer, bytes written.
+"""Online retriever cost: ``query`` latency without the scorer, bytes written,
+resident memory.
 
 For each memory count: a fresh retriever folder with the default settings
-(pool 200, rank 8, incremental solver, snapshot every 100 queries, SQLite
-synchronous=FULL), ``--queries`` queries, a deterministic instant scorer and
-precomputed random unit embeddings (so neither the scorer nor an embedding
-model is timed; the time spent inside the scorer call is measured and
-subtracted anyway). Per query it records the wall time of ``query`` minus the
-scorer's, and the bytes the process passed to ``write()`` (``wchar`` of
-``/proc/self/io``: the journal, its WAL and the snapshots). Writes a JSON
-report; not a test.
+(pool 200, rank 8, incremental solver, ``preset="best"``, snapshot every 100
+queries, SQLite synchronous=FULL), ``--queries`` queries, a deterministic
+instant scorer and precomputed random unit embeddings (so neither the scorer
+nor an embedding model is timed; the time spent inside the scorer call is
+measured and subtracted anyway). Per query it records the wall time of
+``query`` minus the scorer's, and the bytes the process passed to ``write()``
+(``wchar`` of ``/proc/self/io``: the journal, its WAL and the snapshots); the
+resident set size (``VmRSS``) after the first ``--warmup`` queries and every
+``--log-every`` queries after. Then the same for ``--tenants`` tenants of
+``--tenant-memories`` memories each in one process (``TenantRetrievers``),
+``--tenant-queries`` queries in turn across them. Writes a JSON report with
+the machine, versions, commit and command; not a test.
 
     python benchmarks/bench_retriever.py --memories 1000 10000 --queries 10000 \
+        --tenants 10 --tenant-queries 20000 \
         --out benchmarks/results/retriever_cpu.json
+    python benchmarks/bench_retriever.py --quick --out /tmp/retriever_quick.json
 """
 
 from __future__ import annotations
@@ -30,7 +37,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import metadata, write_json  # noqa: E402
 
-from earm_jax.retriever import OnlineRetriever, RetrieverConfig  # noqa: E402
+from earm_jax.retriever import (  # noqa: E402
+    OnlineRetriever,
+    RetrieverConfig,
+    TenantRetrievers,
+)
 from earm_jax.scoring.base import PairScore, ScorerIdentity  # noqa: E402
 
 
@@ -73,6 +84,35 @@ class TimedScorer:
         return out
 
 
+def _rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _latency_summary(latency_ms: np.ndarray) -> dict:
+    steady = latency_ms[10:] if len(latency_ms) > 20 else latency_ms
+    return {
+        "p50": float(np.percentile(latency_ms, 50)),
+        "p95": float(np.percentile(latency_ms, 95)),
+        "p99": float(np.percentile(latency_ms, 99)),
+        "max": float(latency_ms.max()),
+        "argmax_query": int(latency_ms.argmax()),
+        "p50_after_10": float(np.percentile(steady, 50)),
+    }
+
+
+def _rss_summary(samples: list[tuple[int, float]]) -> dict:
+    """RSS after warm-up, at the end, and at each sample (``(queries, MiB)``)."""
+    return {
+        "after_warmup_mib": samples[0][1],
+        "end_mib": samples[-1][1],
+        "growth_mib": samples[-1][1] - samples[0][1],
+        "samples": [{"queries": q, "mib": m} for q, m in samples],
+    }
+
+
 def _wchar() -> int:
     for line in Path("/proc/self/io").read_text().splitlines():
         if line.startswith("wchar:"):
@@ -80,7 +120,9 @@ def _wchar() -> int:
     return 0
 
 
-def run(num_memories: int, num_queries: int, folder: Path, log_every: int) -> dict:
+def run(
+    num_memories: int, num_queries: int, folder: Path, log_every: int, warmup: int
+) -> dict:
     scorer = TimedScorer()
     config = RetrieverConfig()
     retriever = OnlineRetriever(folder, scorer, TableEmbedder(), config)
@@ -91,7 +133,7 @@ def run(num_memories: int, num_queries: int, folder: Path, log_every: int) -> di
         )
     add_seconds = time.perf_counter() - started
     retriever.warm_up()
-    latency, written, calls = [], [], []
+    latency, written, calls, rss = [], [], [], []
     for index in range(num_queries):
         before_scorer, before_bytes = scorer.seconds, _wchar()
         t0 = time.perf_counter()
@@ -100,6 +142,10 @@ def run(num_memories: int, num_queries: int, folder: Path, log_every: int) -> di
         written.append(_wchar() - before_bytes)
         latency.append(elapsed)
         calls.append(answer.calls)
+        if index + 1 == warmup or (
+            index + 1 > warmup and log_every and (index + 1) % log_every == 0
+        ):
+            rss.append((index + 1, _rss_mib()))
         if log_every and (index + 1) % log_every == 0:
             recent = np.asarray(latency[-log_every:]) * 1e3
             print(
@@ -109,21 +155,15 @@ def run(num_memories: int, num_queries: int, folder: Path, log_every: int) -> di
                 flush=True,
             )
     retriever.close()
+    rss.append((num_queries, _rss_mib()))
     latency_ms = np.asarray(latency) * 1e3
     written = np.asarray(written)
-    steady = latency_ms[10:] if len(latency_ms) > 20 else latency_ms
     return {
         "num_memories": num_memories,
         "num_queries": num_queries,
         "add_seconds": add_seconds,
-        "latency_ms_excluding_scorer": {
-            "p50": float(np.percentile(latency_ms, 50)),
-            "p95": float(np.percentile(latency_ms, 95)),
-            "p99": float(np.percentile(latency_ms, 99)),
-            "max": float(latency_ms.max()),
-            "argmax_query": int(latency_ms.argmax()),
-            "p50_after_10": float(np.percentile(steady, 50)),
-        },
+        "latency_ms_excluding_scorer": _latency_summary(latency_ms),
+        "resident_memory": _rss_summary(rss),
         "latency_p50_ms_by_thousand": [
             float(np.median(latency_ms[i : i + 1000]))
             for i in range(0, len(latency_ms), 1000)
@@ -142,8 +182,59 @@ def run(num_memories: int, num_queries: int, folder: Path, log_every: int) -> di
         ),
         "scorer_pairs": scorer.pairs,
         "mean_calls_per_query": float(np.mean(calls)),
+        "calls_of_first_20_queries": calls[:20],
         "final_capacity": retriever.solver_config.capacity,
         "final_memory_rows": retriever.solver_config.num_memories,
+    }
+
+
+def run_tenants(
+    num_tenants: int,
+    memories_each: int,
+    num_queries: int,
+    root: Path,
+    log_every: int,
+    warmup: int,
+) -> dict:
+    """``num_queries`` queries in turn across ``num_tenants`` tenants of one
+    process (one folder each, compiled code shared)."""
+    scorer = TimedScorer()
+    tenants = TenantRetrievers(root, scorer, TableEmbedder(), RetrieverConfig())
+    names = [f"tenant-{number}" for number in range(num_tenants)]
+    for name in names:
+        tenants[name].add([f"{name} memory {i}" for i in range(memories_each)])
+    tenants[names[0]].warm_up()
+    latency, written, rss = [], [], []
+    for index in range(num_queries):
+        name = names[index % num_tenants]
+        before_scorer, before_bytes = scorer.seconds, _wchar()
+        t0 = time.perf_counter()
+        tenants[name].query(f"{name} query {index}")
+        latency.append(time.perf_counter() - t0 - (scorer.seconds - before_scorer))
+        written.append(_wchar() - before_bytes)
+        if index + 1 == warmup or (
+            index + 1 > warmup and log_every and (index + 1) % log_every == 0
+        ):
+            rss.append((index + 1, _rss_mib()))
+            print(
+                f"  tenants={num_tenants} q={index + 1}: "
+                f"p50 {np.median(latency[-log_every:]) * 1e3:.1f} ms, "
+                f"RSS {rss[-1][1]:.0f} MiB",
+                flush=True,
+            )
+    tenants.close()
+    rss.append((num_queries, _rss_mib()))
+    return {
+        "num_tenants": num_tenants,
+        "memories_per_tenant": memories_each,
+        "num_queries": num_queries,
+        "latency_ms_excluding_scorer": _latency_summary(np.asarray(latency) * 1e3),
+        "bytes_written_per_query": {
+            "mean": float(np.mean(written)),
+            "p50": float(np.median(written)),
+        },
+        "resident_memory": _rss_summary(rss),
+        "scorer_pairs": scorer.pairs,
     }
 
 
@@ -151,16 +242,45 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memories", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--queries", type=int, default=10000)
+    parser.add_argument("--tenants", type=int, default=10)
+    parser.add_argument("--tenant-memories", type=int, default=1000)
+    parser.add_argument("--tenant-queries", type=int, default=20000)
+    parser.add_argument("--warmup", type=int, default=500)
     parser.add_argument("--log-every", type=int, default=1000)
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes (1,000 memories, 300 queries; 3 tenants of 200, 600 "
+        "queries) to check the benchmark runs",
+    )
+    parser.add_argument(
+        "--no-trim",
+        action="store_true",
+        help="do not hand freed heap pages back after snapshots and compiles "
+        "(the A/B of that fix's effect on resident memory)",
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    results = []
+    if args.no_trim:
+        import earm_jax.retriever.online as online
+        import earm_jax.retriever.recovery as recovery
+
+        online.trim_heap = recovery.trim_heap = lambda: False
+    if args.quick:
+        args.memories, args.queries = [1000], 300
+        args.tenants, args.tenant_memories, args.tenant_queries = 3, 200, 600
+        args.warmup, args.log_every = 50, 100
+    results: list[dict] = []
     payload = {
-        "benchmark": "retriever query latency (scorer excluded), bytes written",
+        "benchmark": "retriever query latency (scorer excluded), bytes written, "
+        "resident memory",
         "settings": {
             "config": "RetrieverConfig() defaults",
             "embedder": "random unit vectors (no model)",
             "scorer": "instant hash scorer, its time subtracted",
+            "quick": args.quick,
+            "warmup_queries": args.warmup,
+            "heap_trimmed": not args.no_trim,
         },
         "metadata": metadata(argv),
         "results": results,
@@ -168,11 +288,28 @@ def main(argv: list[str] | None = None) -> None:
     for num_memories in args.memories:
         folder = Path(tempfile.mkdtemp(prefix="bench-retriever-"))
         try:
-            results.append(run(num_memories, args.queries, folder, args.log_every))
+            results.append(
+                run(num_memories, args.queries, folder, args.log_every, args.warmup)
+            )
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         write_json(payload, args.out)
         print(json.dumps(results[-1], indent=1), flush=True)
+    if args.tenants:
+        root = Path(tempfile.mkdtemp(prefix="bench-tenants-"))
+        try:
+            payload["tenants"] = run_tenants(
+                args.tenants,
+                args.tenant_memories,
+                args.tenant_queries,
+                root,
+                args.log_every,
+                args.warmup,
+            )
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        write_json(payload, args.out)
+        print(json.dumps(payload["tenants"], indent=1), flush=True)
 
 
 if __name__ == "__main__":

@@ -4,10 +4,13 @@
 settings, every memory row, every operation, the snapshot) and, with
 ``deep=True``, also replays the whole journal from the start and compares the
 result with the snapshot-based state leaf by leaf: they must be equal bit for
-bit. ``repair`` fixes what the journal can rebuild: a missing, corrupt or
-mismatching snapshot is dropped and rewritten from a full replay. Damage to the
-journal itself (memories, operations, SQLite pages) is reported, never guessed
-away: restore the file from a backup.
+bit. Every row's checksum is verified too, and each damaged row is a finding
+naming it. ``repair`` restores what the journal can rebuild: a missing,
+corrupt or mismatching snapshot is dropped and rewritten from a full replay,
+damaged paid scores are dropped (paid again when needed). Damage to the
+journal's own records (memories, operations, settings, SQLite pages) is
+reported as what it cannot restore, never guessed away: restore the file from
+a backup.
 """
 
 from __future__ import annotations
@@ -20,8 +23,13 @@ import jax
 import numpy as np
 
 from earm_jax.retriever.online import OnlineRetriever
-from earm_jax.store.journal import JOURNAL_NAME, CorruptFolderError, Journal
-from earm_jax.store.lock import FolderLock
+from earm_jax.store.journal import (
+    JOURNAL_NAME,
+    CorruptFolderError,
+    Journal,
+    lost_journal,
+)
+from earm_jax.store.lock import FolderLock, FolderLockedError
 
 
 class _StoredIdentity:
@@ -50,7 +58,13 @@ class _NoEmbedder:
         raise RuntimeError("check/repair never embeds")
 
 
-class _FromScratch(OnlineRetriever):
+class _Inspector(OnlineRetriever):
+    """Opens a folder without its scorer and embedder (never called)."""
+
+    _verify_embedder = False
+
+
+class _FromScratch(_Inspector):
     _use_snapshot = False
 
 
@@ -72,6 +86,9 @@ class CheckReport:
 
 
 def _stored_scorer(folder: Path) -> str:
+    lost = lost_journal(folder)
+    if lost is not None:
+        raise CorruptFolderError(lost)
     path = folder / JOURNAL_NAME
     if not path.exists():
         raise CorruptFolderError(f"{path}: missing (not a retriever folder?)")
@@ -85,7 +102,7 @@ def _stored_scorer(folder: Path) -> str:
     return key
 
 
-def _open(folder: Path, cls=OnlineRetriever) -> OnlineRetriever:
+def _open(folder: Path, cls=_Inspector) -> OnlineRetriever:
     key = _stored_scorer(folder)
     return cls(folder, _NoScorer(key), _NoEmbedder(), None)
 
@@ -105,15 +122,49 @@ def _compare(a: OnlineRetriever, b: OnlineRetriever) -> list[str]:
     return problems
 
 
+def _scan(folder: Path) -> list[tuple[str, str]]:
+    """Every damaged row of the folder's journal (under the folder's lock)."""
+    with FolderLock(folder, guarded=(JOURNAL_NAME,)):
+        journal = Journal(folder)
+        try:
+            return journal.findings()
+        finally:
+            journal.close()
+
+
 def check(path: str | os.PathLike[str], deep: bool = False) -> CheckReport:
-    """Checks a retriever folder; ``deep`` also replays it from the start."""
+    """Checks a retriever folder; ``deep`` also replays it from the start.
+
+    Every kind of damage is a finding in :attr:`CheckReport.problems` naming
+    the row and what is wrong (a checksum that does not match, text that is
+    not UTF-8, a missing or empty journal, a snapshot that disagrees with a
+    full replay); only :class:`FolderLockedError` is raised.
+    """
     folder = Path(path)
     report = CheckReport(folder, [])
     try:
-        retriever = _open(folder)
+        _check(folder, deep, report)
+    except FolderLockedError:
+        raise
+    except Exception as error:  # noqa: BLE001 - a finding, never a traceback
+        if str(error) not in report.problems:
+            report.problems.append(f"{type(error).__name__}: {error}")
+    return report
+
+
+def _check(folder: Path, deep: bool, report: CheckReport) -> None:
+    try:
+        _stored_scorer(folder)
     except CorruptFolderError as error:
         report.problems.append(str(error))
-        return report
+        return
+    report.problems += [message for _, message in _scan(folder)]
+    try:
+        retriever = _open(folder)
+    except CorruptFolderError as error:
+        if not any(str(error) in problem for problem in report.problems):
+            report.problems.append(str(error))
+        return
     try:
         report.num_memories = retriever.num_memories
         report.num_queries = retriever.num_queries
@@ -122,40 +173,69 @@ def check(path: str | os.PathLike[str], deep: bool = False) -> CheckReport:
         report.last_seq = retriever._last_seq
         if deep:
             retriever._release()
-            scratch = _open(folder, _FromScratch)
+            try:
+                scratch = _open(folder, _FromScratch)
+            except CorruptFolderError as error:
+                if not any(str(error) in problem for problem in report.problems):
+                    report.problems.append(str(error))
+                return
             try:
                 report.problems += _compare(retriever, scratch)
             finally:
                 scratch._release()
     finally:
         retriever._release()
-    return report
+
+
+# What repair can rebuild from the rest of the journal; every other kind of
+# damage (memories, operations, settings, SQLite pages) holds information
+# stored nowhere else.
+_REPAIRABLE = ("score", "chunk")
 
 
 def repair(path: str | os.PathLike[str]) -> list[str]:
-    """Rebuilds the snapshot from the journal where needed; returns what it did.
+    """Restores what the journal can rebuild; returns what it did.
+
+    It can restore: a missing, damaged or mismatching snapshot (rebuilt by a
+    full replay) and damaged paid scores (dropped: those pairs are paid again
+    when a query needs them). It cannot restore a damaged memory, operation
+    or setting, or SQLite pages: those hold what is stored nowhere else.
 
     Raises:
-      CorruptFolderError: the journal itself is damaged (not repairable here).
+      CorruptFolderError: naming what it could not restore (after restoring
+        what it could).
     """
     folder = Path(path)
-    actions = []
+    actions: list[str] = []
     first = check(folder, deep=True)
     if first.ok:
         return ["nothing to repair"]
-    with FolderLock(folder):
+    lost = lost_journal(folder)
+    if lost is not None:
+        raise CorruptFolderError(f"cannot restore: {lost}")
+    with FolderLock(folder, guarded=(JOURNAL_NAME,)):
         journal = Journal(folder)
         try:
-            problems = journal.integrity_problems()
-            if problems:
-                raise CorruptFolderError(
-                    f"{journal.path}: SQLite integrity check failed "
-                    f"({'; '.join(problems)}); restore it from a backup"
+            findings = journal.findings()
+            dropped = journal.drop_damaged_scores()
+            if dropped:
+                actions.append(
+                    f"restored: dropped {dropped} damaged paid score(s); those "
+                    "pairs are paid again when a query needs them"
                 )
-            journal.drop_snapshots()
-            actions.append("dropped the snapshot: " + "; ".join(first.problems))
+            cannot = [m for kind, m in findings if kind not in _REPAIRABLE]
+            if not cannot:
+                journal.drop_snapshots()
+                actions.append("dropped the snapshot: " + "; ".join(first.problems))
         finally:
             journal.close()
+    if cannot:
+        done = f" (restored: {'; '.join(actions)})" if actions else ""
+        raise CorruptFolderError(
+            f"cannot restore (restore {JOURNAL_NAME} from a backup): "
+            + "; ".join(cannot)
+            + done
+        )
     scratch = _open(folder, _FromScratch)  # raises if the journal is damaged
     try:
         scratch.snapshot()
@@ -167,7 +247,7 @@ def repair(path: str | os.PathLike[str]) -> list[str]:
         scratch._release()
     after = check(folder, deep=True)
     if not after.ok:
-        raise CorruptFolderError("; ".join(after.problems))
+        raise CorruptFolderError("cannot restore: " + "; ".join(after.problems))
     return actions
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from pathlib import Path
 
 from earm_jax.retriever.online import OnlineRetriever, RetrieverConfig
@@ -58,15 +59,26 @@ class TenantRetrievers:
         self.root.mkdir(parents=True, exist_ok=True)
         self.scorer, self.embedder, self.config = scorer, embedder, config
         self._open: dict[str, OnlineRetriever] = {}
+        # One lock per tenant, so threads asking for the same new tenant wait
+        # for its one opening while other tenants open in parallel.
+        self._opening: dict[str, threading.Lock] = {}
+        self._table_lock = threading.Lock()
 
     def get(self, tenant: str) -> OnlineRetriever:
-        """The retriever of ``tenant`` (opened, or created, on first use)."""
+        """The retriever of ``tenant`` (opened, or created, on first use; safe
+        to call from many threads at once)."""
         folder = tenant_folder(self.root, tenant)
-        if tenant not in self._open:
-            self._open[tenant] = OnlineRetriever(
-                folder, self.scorer, self.embedder, self.config
-            )
-        return self._open[tenant]
+        opened = self._open.get(tenant)
+        if opened is not None:
+            return opened
+        with self._table_lock:
+            opening = self._opening.setdefault(tenant, threading.Lock())
+        with opening:
+            if tenant not in self._open:
+                self._open[tenant] = OnlineRetriever(
+                    folder, self.scorer, self.embedder, self.config
+                )
+            return self._open[tenant]
 
     __getitem__ = get
 
@@ -77,9 +89,10 @@ class TenantRetrievers:
         )
 
     def close(self) -> None:
-        for retriever in self._open.values():
+        with self._table_lock:
+            opened, self._open = list(self._open.values()), {}
+        for retriever in opened:
             retriever.close()
-        self._open.clear()
 
     def __enter__(self) -> TenantRetrievers:
         return self

@@ -23,6 +23,18 @@ Tables:
   ``chunks(hash, data)``: pytree snapshots, stored as content-addressed chunks
   of each leaf (unchanged chunks are not written again, so the growing history
   buffers cost only their new rows).
+
+Integrity. Every row of ``meta``, ``memories``, ``ops`` and ``scores`` carries a
+``checksum``: a 4-byte BLAKE2b digest of each of its fields, so a damaged row
+is named with the field that no longer matches. Rows are verified when read
+(memories and replayed operations at open, scores at each lookup, an answer
+when asked for); :meth:`Journal.findings` verifies every row. Text columns are
+read as raw bytes, so invalid UTF-8 is a finding too, never a decoding error.
+Snapshot chunks are keyed by their own BLAKE2b hash. ``retired_op`` (which a
+delete or an edit sets later) is not in the memory checksum: it is checked
+against the retire operations instead. A checksum catches changed bytes; it
+cannot catch a whole row removed or an old, valid row put back, nor damage
+that SQLite itself reports first (``quick_check``).
 """
 
 from __future__ import annotations
@@ -31,19 +43,28 @@ import hashlib
 import json
 import os
 import sqlite3
+import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 JOURNAL_NAME = "journal.sqlite"
-FORMAT = "earm-retriever/2"
+# Written once the journal holds its settings: a folder with this file and an
+# empty or missing journal lost its journal, and is refused rather than
+# opened as a new, empty retriever.
+MARKER_NAME = "retriever.json"
+FORMAT = "earm-retriever/3"
+# Folders of these formats are migrated on open (checksums added to every row).
+MIGRATED_FORMATS = ("earm-retriever/2",)
 CHUNK_BYTES = 32 * 1024
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (
+  key TEXT PRIMARY KEY, value TEXT NOT NULL, checksum BLOB
+);
 CREATE TABLE IF NOT EXISTS memories (
   row INTEGER PRIMARY KEY,
   id NOT NULL,
@@ -52,7 +73,8 @@ CREATE TABLE IF NOT EXISTS memories (
   embedding BLOB NOT NULL,
   origin INTEGER NOT NULL,
   op INTEGER NOT NULL,
-  retired_op INTEGER
+  retired_op INTEGER,
+  checksum BLOB
 );
 CREATE UNIQUE INDEX IF NOT EXISTS live_ids ON memories(id) WHERE retired_op IS NULL;
 CREATE INDEX IF NOT EXISTS memory_ids ON memories(id);
@@ -60,7 +82,8 @@ CREATE TABLE IF NOT EXISTS ops (
   seq INTEGER PRIMARY KEY,
   kind TEXT NOT NULL,
   payload TEXT NOT NULL,
-  data BLOB
+  data BLOB,
+  checksum BLOB
 );
 CREATE INDEX IF NOT EXISTS query_ops ON ops(json_extract(payload, '$.index'))
   WHERE kind = 'query';
@@ -72,6 +95,7 @@ CREATE TABLE IF NOT EXISTS scores (
   value REAL NOT NULL,
   query_index INTEGER NOT NULL,
   created_at REAL NOT NULL,
+  checksum BLOB,
   PRIMARY KEY (scorer, query_hash, memory_hash)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS snapshots (
@@ -91,6 +115,121 @@ class CorruptFolderError(ValueError):
     file and what is wrong)."""
 
 
+class DiskFullError(OSError):
+    """A write found the disk (or the journal's size limit) full: that call
+    stored nothing and changed nothing; every call acknowledged before it is
+    stored."""
+
+
+def lost_journal(folder: str | os.PathLike[str]) -> str | None:
+    """Why ``folder`` cannot be opened as a retriever although it held one
+    (its marker is there, its journal missing or empty), or ``None``."""
+    folder = Path(folder)
+    if not (folder / MARKER_NAME).exists():
+        return None
+    path = folder / JOURNAL_NAME
+    if not path.exists():
+        state = "is missing"
+    elif path.stat().st_size == 0:
+        state = "is empty"
+    else:
+        return None
+    return (
+        f"{path} {state}, but {folder} held a retriever ({MARKER_NAME} is "
+        f"there): refusing to start an empty one over it; restore {JOURNAL_NAME} "
+        "(and its -wal file, if any) from a backup"
+    )
+
+
+def write_marker(folder: str | os.PathLike[str]) -> None:
+    """Marks ``folder`` as holding a retriever (see :data:`MARKER_NAME`)."""
+    path = Path(folder) / MARKER_NAME
+    if path.exists():
+        return
+    temporary = path.with_name(MARKER_NAME + ".tmp")
+    temporary.write_text(json.dumps({"format": FORMAT, "journal": JOURNAL_NAME}))
+    with open(temporary, "rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def _is_full(error: sqlite3.Error) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    return code == sqlite3.SQLITE_FULL or "full" in str(error).lower()
+
+
+# The checksummed fields of each table, in checksum order (``retired_op`` and
+# ``created_at`` are left out: see the module docstring).
+CHECKED_FIELDS = {
+    "meta": ("key", "value"),
+    "memories": ("row", "id", "text", "metadata", "embedding", "origin", "op"),
+    "ops": ("seq", "kind", "payload", "data"),
+    "scores": ("scorer", "query_hash", "memory_hash", "value", "query_index"),
+}
+_DIGEST = 4
+
+
+def _canonical(value: Any) -> bytes:
+    """Type-tagged bytes of a field (text is checksummed as its UTF-8 bytes)."""
+    if value is None:
+        return b"n"
+    if isinstance(value, bool | int):
+        return b"i" + str(int(value)).encode()
+    if isinstance(value, float):
+        return b"f" + struct.pack("<d", value)
+    if isinstance(value, str):
+        return b"s" + value.encode("utf-8", "surrogatepass")
+    return b"s" + bytes(value)
+
+
+def row_checksum(*fields: Any) -> bytes:
+    """One 4-byte BLAKE2b digest per field, concatenated."""
+    return b"".join(
+        hashlib.blake2b(_canonical(field), digest_size=_DIGEST).digest()
+        for field in fields
+    )
+
+
+def damaged_fields(table: str, fields: Sequence[Any], checksum: Any) -> list[str]:
+    """The names of the fields of a ``table`` row that do not match its
+    checksum (every field when the checksum itself is missing or damaged)."""
+    names = CHECKED_FIELDS[table]
+    if not isinstance(checksum, bytes) or len(checksum) != _DIGEST * len(names):
+        return ["checksum"]
+    expected = row_checksum(*fields)
+    return [
+        name
+        for number, name in enumerate(names)
+        if expected[_DIGEST * number : _DIGEST * (number + 1)]
+        != checksum[_DIGEST * number : _DIGEST * (number + 1)]
+    ]
+
+
+def _decoded(raw: bytes, where: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise CorruptFolderError(f"{where} is not valid UTF-8 ({error})") from None
+
+
+_TEXT_COLUMNS = {
+    "meta": ("key", "value"),
+    "memories": ("text", "metadata"),
+    "ops": ("kind", "payload"),
+}
+
+
+def _raw(table: str, column: str) -> str:
+    """A column read as stored bytes (text as raw bytes, so invalid UTF-8 is
+    checked, not a decoding error inside SQLite's driver)."""
+    if column in _TEXT_COLUMNS.get(table, ()):
+        return f"CAST({column} AS BLOB)"
+    return column
+
+
+_OP_COLUMNS = ", ".join(_raw("ops", c) for c in (*CHECKED_FIELDS["ops"], "checksum"))
+
+
 def text_hash(text: str) -> bytes:
     """16-byte SHA-256 prefix of a text's UTF-8 bytes (the score key)."""
     return hashlib.sha256(text.encode("utf-8")).digest()[:16]
@@ -107,9 +246,17 @@ class Journal:
       folder: the retriever's folder.
       synchronous: SQLite ``synchronous`` mode; ``"FULL"`` (default) makes an
         acknowledged write survive a power cut, ``"NORMAL"`` only a process crash.
+      guard: called inside every write transaction, before anything is
+        written (e.g. :meth:`~earm_jax.store.lock.FolderLock.verify`); what it
+        raises rolls the transaction back.
     """
 
-    def __init__(self, folder: str | os.PathLike[str], synchronous: str = "FULL"):
+    def __init__(
+        self,
+        folder: str | os.PathLike[str],
+        synchronous: str = "FULL",
+        guard: Callable[[], None] | None = None,
+    ):
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous must be FULL or NORMAL, got {synchronous!r}")
         self.path = Path(folder) / JOURNAL_NAME
@@ -122,18 +269,58 @@ class Journal:
             self._db.execute("PRAGMA page_size=1024")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={synchronous}")
+            # Freed space is zeroed, so a deleted memory's bytes do not linger
+            # in free pages or unused cell space.
+            self._db.execute("PRAGMA secure_delete=ON")
             self._db.executescript(_SCHEMA)
+            self._scorer_ids: dict[str, int] = {}
+            self._guard = guard
+            # Score rows found damaged at a lookup: treated as unpaid (paid
+            # again, then overwritten), counted here and reported by check.
+            self.damaged_scores = 0
+            self._migrate()
         except sqlite3.DatabaseError as error:
             raise CorruptFolderError(
                 f"{self.path}: not a readable SQLite journal ({error})"
             ) from error
-        self._scorer_ids: dict[str, int] = {}
+
+    def _migrate(self) -> None:
+        """Adds the checksum column (and every row's checksum) to a folder of
+        an older format, in one transaction; the rows are trusted as they are."""
+        row = self._db.execute(
+            "SELECT CAST(value AS BLOB) FROM meta WHERE key='format'"
+        ).fetchone()
+        if row is None or json.loads(row[0]) not in MIGRATED_FORMATS:
+            return
+        with self.transaction() as db:
+            for table in CHECKED_FIELDS:
+                columns = {c[1] for c in db.execute(f"PRAGMA table_info({table})")}
+                if "checksum" not in columns:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN checksum BLOB")
+            for table, keys in (
+                ("meta", ("rowid",)),
+                ("memories", ("row",)),
+                ("ops", ("seq",)),
+                ("scores", ("scorer", "query_hash", "memory_hash")),
+            ):
+                names = CHECKED_FIELDS[table]
+                selected = ", ".join([*keys, *(_raw(table, name) for name in names)])
+                rows = db.execute(f"SELECT {selected} FROM {table}").fetchall()
+                marks = " AND ".join(f"{k}=?" for k in keys)
+                db.executemany(
+                    f"UPDATE {table} SET checksum=? WHERE {marks}",
+                    [
+                        (row_checksum(*fields[len(keys) :]), *fields[: len(keys)])
+                        for fields in rows
+                    ],
+                )
+            Journal.set_meta(db, "format", FORMAT)
 
     # ------------------------------------------------------------ transactions
 
     def transaction(self) -> _Transaction:
         """``with journal.transaction() as db:`` one atomic, durable write."""
-        return _Transaction(self._db)
+        return _Transaction(self._db, self._guard, self.path)
 
     def close(self) -> None:
         self._db.close()
@@ -141,20 +328,26 @@ class Journal:
     # -------------------------------------------------------------------- meta
 
     def get_meta(self, key: str, default: Any = None) -> Any:
-        row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        """A setting, verified against its checksum."""
+        row = self._db.execute(
+            "SELECT CAST(value AS BLOB), checksum FROM meta WHERE key=?", (key,)
+        ).fetchone()
         if row is None:
             return default
+        where = f"{self.path}: meta[{key!r}]"
+        if damaged_fields("meta", (key, row[0]), row[1]):
+            raise CorruptFolderError(f"{where} does not match its checksum")
         try:
-            return json.loads(row[0])
+            return json.loads(_decoded(row[0], where))
         except ValueError as error:
-            raise CorruptFolderError(
-                f"{self.path}: meta[{key!r}] is not JSON ({error})"
-            ) from error
+            raise CorruptFolderError(f"{where} is not JSON ({error})") from error
 
     @staticmethod
     def set_meta(db: sqlite3.Connection, key: str, value: Any) -> None:
+        text = json.dumps(value)
         db.execute(
-            "INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value))
+            "INSERT OR REPLACE INTO meta VALUES (?, ?, ?)",
+            (key, text, row_checksum(key, text)),
         )
 
     # ---------------------------------------------------------------- the log
@@ -163,26 +356,63 @@ class Journal:
     def append_op(
         db: sqlite3.Connection, kind: str, payload: dict, data: bytes | None = None
     ) -> int:
-        cursor = db.execute(
-            "INSERT INTO ops (kind, payload, data) VALUES (?, ?, ?)",
-            (kind, json.dumps(payload), data),
+        (seq,) = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM ops").fetchone()
+        text = json.dumps(payload)
+        db.execute(
+            "INSERT INTO ops (seq, kind, payload, data, checksum) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (seq, kind, text, data, row_checksum(seq, kind, text, data)),
         )
-        return int(cursor.lastrowid)
+        return int(seq)
+
+    def _op(self, fields: tuple) -> tuple[int, str, dict, bytes | None]:
+        """A verified, decoded ``ops`` row (read with :func:`_raw`)."""
+        number, kind, payload, data, checksum = fields
+        where = f"{self.path}: operation {number}"
+        damaged = damaged_fields("ops", (number, kind, payload, data), checksum)
+        if damaged:
+            raise CorruptFolderError(
+                f"{where}: its {', '.join(damaged)} does not match its checksum"
+            )
+        kind = _decoded(kind, f"{where}: kind")
+        try:
+            decoded = json.loads(_decoded(payload, f"{where} ({kind}): payload"))
+        except ValueError as error:
+            raise CorruptFolderError(
+                f"{where} ({kind}) has a payload that is not JSON ({error})"
+            ) from error
+        if not isinstance(decoded, dict):
+            raise CorruptFolderError(f"{where} ({kind}): payload is not an object")
+        return int(number), kind, decoded, data
 
     def ops_after(self, seq: int) -> Iterator[tuple[int, str, dict, bytes | None]]:
+        """The operations after ``seq`` in order, each verified."""
         rows = self._db.execute(
-            "SELECT seq, kind, payload, data FROM ops WHERE seq > ? ORDER BY seq",
-            (seq,),
+            f"SELECT {_OP_COLUMNS} FROM ops WHERE seq > ? ORDER BY seq", (seq,)
         )
-        for number, kind, payload, data in rows:
-            try:
-                decoded = json.loads(payload)
-            except ValueError as error:
-                raise CorruptFolderError(
-                    f"{self.path}: operation {number} ({kind}) has a payload that "
-                    f"is not JSON ({error})"
-                ) from error
-            yield int(number), kind, decoded, data
+        for fields in rows:
+            yield self._op(fields)
+
+    def retired_rows(self) -> dict[int, int]:
+        """``{memory row: seq of the operation that retired it}`` from the
+        verified retire operations (what ``retired_op`` must agree with)."""
+        retired = {}
+        for fields in self._db.execute(
+            f"SELECT {_OP_COLUMNS} FROM ops WHERE kind='retire' ORDER BY seq"
+        ):
+            seq, _, payload, _ = self._op(fields)
+            for row in payload.get("rows", []):
+                retired[int(row)] = seq
+        return retired
+
+    def query_op(self, index: int) -> tuple[int, str, dict, bytes | None] | None:
+        """The verified operation of query ``index`` (``None`` if absent)."""
+        fields = self._db.execute(
+            f"SELECT {_OP_COLUMNS} FROM ops WHERE kind='query' AND "
+            "json_extract(payload, '$.index')=?",
+            (int(index),),
+        ).fetchone()
+        return None if fields is None else self._op(fields)
 
     def last_seq(self) -> int:
         (seq,) = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM ops").fetchone()
@@ -191,11 +421,124 @@ class Journal:
     # --------------------------------------------------------------- memories
 
     def memory_rows(self) -> list[tuple]:
-        """``(row, id, text, metadata, embedding, origin, op, retired_op)`` by row."""
-        return self._db.execute(
-            "SELECT row, id, text, metadata, embedding, origin, op, retired_op "
-            "FROM memories ORDER BY row"
-        ).fetchall()
+        """``(row, id, text, metadata, embedding, origin, op, retired_op)`` by
+        row, each verified against its checksum.
+
+        Raises:
+          CorruptFolderError: naming the first damaged row and field.
+        """
+        rows = []
+        for fields in self._memory_fields():
+            rows.append(self._memory(fields))
+        return rows
+
+    def _memory_fields(self) -> Iterator[tuple]:
+        return iter(
+            self._db.execute(
+                "SELECT row, typeof(id), CAST(id AS BLOB), CAST(text AS BLOB), "
+                "CAST(metadata AS BLOB), embedding, origin, op, retired_op, "
+                "checksum FROM memories ORDER BY row"
+            )
+        )
+
+    def _memory(self, fields: tuple) -> tuple:
+        row, id_type, raw_id, text, meta, blob, origin, op, retired, checksum = fields
+        where = f"{self.path}: memory row {row}"
+        if id_type == "integer":
+            mid: Any = int(raw_id)
+        elif id_type == "text":
+            mid = _decoded(raw_id, f"{where}: id")
+        else:
+            raise CorruptFolderError(f"{where}: id is a {id_type}, not an int or text")
+        checked = (row, mid, text, meta, blob, origin, op)
+        damaged = damaged_fields("memories", checked, checksum)
+        if damaged:
+            raise CorruptFolderError(
+                f"{where} (id {mid!r}): its {', '.join(damaged)} does not match "
+                "its checksum"
+            )
+        return (
+            row,
+            mid,
+            _decoded(text, f"{where}: text"),
+            _decoded(meta, f"{where}: metadata"),
+            blob,
+            origin,
+            op,
+            retired,
+        )
+
+    @staticmethod
+    def insert_memories(db: sqlite3.Connection, rows: Sequence[tuple]) -> None:
+        """Stores ``(row, id, text, metadata, embedding, origin, op)`` rows."""
+        db.executemany(
+            "INSERT INTO memories VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+            [(*fields, row_checksum(*fields)) for fields in rows],
+        )
+
+    def replace_metadata(self, db: sqlite3.Connection, row: int, meta: str) -> None:
+        """Stores new metadata for memory ``row`` (the row's other fields are
+        verified first, so a damaged row is never re-checksummed as sound)."""
+        fields = db.execute(
+            "SELECT row, typeof(id), CAST(id AS BLOB), CAST(text AS BLOB), "
+            "CAST(metadata AS BLOB), embedding, origin, op, retired_op, "
+            "checksum FROM memories WHERE row=?",
+            (row,),
+        ).fetchone()
+        stored = self._memory(fields)
+        checked = (row, stored[1], stored[2], meta, stored[4], stored[5], stored[6])
+        db.execute(
+            "UPDATE memories SET metadata=?, checksum=? WHERE row=?",
+            (meta, row_checksum(*checked), row),
+        )
+
+    def scrub_memories(
+        self, db: sqlite3.Connection, rows: Sequence[int], width: int
+    ) -> None:
+        """Overwrites the text, metadata and embedding of memory ``rows`` with
+        an empty placeholder (the row number and id stay: a tombstone)."""
+        blank = np.zeros(width, np.float32).tobytes()
+        for row in rows:
+            fields = db.execute(
+                "SELECT row, typeof(id), CAST(id AS BLOB), CAST(text AS BLOB), "
+                "CAST(metadata AS BLOB), embedding, origin, op, retired_op, "
+                "checksum FROM memories WHERE row=?",
+                (row,),
+            ).fetchone()
+            stored = self._memory(fields)
+            checked = (row, stored[1], "", "{}", blank, stored[5], stored[6])
+            db.execute(
+                "UPDATE memories SET text='', metadata='{}', embedding=?, "
+                "checksum=? WHERE row=?",
+                (blank, row_checksum(*checked), row),
+            )
+
+    @staticmethod
+    def forget_scores(db: sqlite3.Connection, texts: Sequence[str]) -> None:
+        """Deletes every paid score of a memory text in ``texts``."""
+        db.executemany(
+            "DELETE FROM scores WHERE memory_hash=?",
+            [(text_hash(text),) for text in texts],
+        )
+
+    def flush_freed(self) -> bool:
+        """Moves every committed page into the database file and truncates
+        the WAL, so overwritten content survives in no file (with
+        ``secure_delete`` the freed space was zeroed already); ``False`` when
+        another connection's read kept the WAL from being truncated."""
+        try:
+            (busy, _, _) = self._db.execute(
+                "PRAGMA wal_checkpoint(TRUNCATE)"
+            ).fetchone()
+        except sqlite3.Error:
+            return False
+        return not busy
+
+    @staticmethod
+    def retire_memories(db: sqlite3.Connection, rows: Sequence[int], seq: int) -> None:
+        db.executemany(
+            "UPDATE memories SET retired_op=? WHERE row=?", [(seq, r) for r in rows]
+        )
 
     def max_int_id(self) -> int:
         (value,) = self._db.execute(
@@ -232,13 +575,16 @@ class Journal:
         for start in range(0, len(unique), 500):
             part = unique[start : start + 500]
             marks = ",".join("?" * len(part))
-            found.update(
-                self._db.execute(
-                    "SELECT memory_hash, value FROM scores WHERE scorer=? AND "
-                    f"query_hash=? AND memory_hash IN ({marks})",
-                    (row[0], query_hash, *part),
-                ).fetchall()
-            )
+            for fields in self._db.execute(
+                "SELECT scorer, query_hash, memory_hash, value, query_index, "
+                "checksum FROM scores WHERE scorer=? AND "
+                f"query_hash=? AND memory_hash IN ({marks})",
+                (row[0], query_hash, *part),
+            ):
+                if damaged_fields("scores", fields[:5], fields[5]):
+                    self.damaged_scores += 1  # paid again, then overwritten
+                    continue
+                found[fields[2]] = fields[3]
         return [found.get(h) for h in hashes]
 
     def put_scores(
@@ -253,12 +599,15 @@ class Journal:
         now = time.time()
         with self.transaction() as db:
             scorer = self.scorer_id(db, scorer_key)
+            rows = [
+                (scorer, text_hash(q), text_hash(m), float(v), int(query_index))
+                for q, m, v in pairs
+            ]
+            # Only unpaid pairs are paid, so a pair stored already is one whose
+            # row was found damaged at the lookup: the fresh answer replaces it.
             db.executemany(
-                "INSERT OR IGNORE INTO scores VALUES (?, ?, ?, ?, ?, ?)",
-                [
-                    (scorer, text_hash(q), text_hash(m), float(v), query_index, now)
-                    for q, m, v in pairs
-                ],
+                "INSERT OR REPLACE INTO scores VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(*fields, now, row_checksum(*fields)) for fields in rows],
             )
 
     def num_scores(self) -> int:
@@ -391,6 +740,74 @@ class Journal:
             db.execute("DELETE FROM snapshots")
             db.execute("DELETE FROM chunks")
 
+    def findings(self) -> list[tuple[str, str]]:
+        """Every damaged row of the journal as ``(kind, message)``, the message
+        naming its table, row and what is wrong; ``kind`` is one of
+        ``sqlite``, ``meta``, ``memory``, ``operation``, ``score``, ``chunk``
+        (empty when every checksum, every text's UTF-8 and SQLite's own
+        ``quick_check`` pass)."""
+        found = [("sqlite", problem) for problem in self.integrity_problems()]
+        for fields in self._memory_fields():
+            try:
+                self._memory(fields)
+            except CorruptFolderError as error:
+                found.append(("memory", str(error)))
+        for fields in self._db.execute(f"SELECT {_OP_COLUMNS} FROM ops ORDER BY seq"):
+            try:
+                self._op(fields)
+            except CorruptFolderError as error:
+                found.append(("operation", str(error)))
+        for key, value, checksum in self._db.execute(
+            "SELECT CAST(key AS BLOB), CAST(value AS BLOB), checksum FROM meta"
+        ):
+            if damaged_fields("meta", (key, value), checksum):
+                name = key.decode("utf-8", "replace")
+                found.append(
+                    ("meta", f"{self.path}: meta[{name!r}] does not match its checksum")
+                )
+        for fields in self._db.execute(
+            "SELECT scorer, query_hash, memory_hash, value, query_index, checksum "
+            "FROM scores"
+        ):
+            damaged = damaged_fields("scores", fields[:5], fields[5])
+            if damaged:
+                found.append(
+                    (
+                        "score",
+                        f"{self.path}: paid score (query {bytes(fields[1]).hex()}, "
+                        f"memory {bytes(fields[2]).hex()}): its "
+                        f"{', '.join(damaged)} does not match its checksum",
+                    )
+                )
+        for digest, data in self._db.execute("SELECT hash, data FROM chunks"):
+            if _chunk_hash(bytes(data)) != bytes(digest):
+                found.append(
+                    (
+                        "chunk",
+                        f"{self.path}: snapshot chunk {bytes(digest).hex()} does "
+                        "not match its hash",
+                    )
+                )
+        return found
+
+    def drop_damaged_scores(self) -> int:
+        """Deletes the paid scores whose row fails its checksum (they are paid
+        again when needed); returns how many."""
+        damaged = [
+            fields[:3]
+            for fields in self._db.execute(
+                "SELECT scorer, query_hash, memory_hash, value, query_index, "
+                "checksum FROM scores"
+            ).fetchall()
+            if damaged_fields("scores", fields[:5], fields[5])
+        ]
+        with self.transaction() as db:
+            db.executemany(
+                "DELETE FROM scores WHERE scorer=? AND query_hash=? AND memory_hash=?",
+                damaged,
+            )
+        return len(damaged)
+
     def integrity_problems(self) -> list[str]:
         """SQLite's own ``quick_check`` (empty when fine)."""
         rows = self._db.execute("PRAGMA quick_check").fetchall()
@@ -406,25 +823,55 @@ class Journal:
 
 
 class _Transaction:
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(
+        self,
+        db: sqlite3.Connection,
+        guard: Callable[[], None] | None = None,
+        path: Path | None = None,
+    ) -> None:
         self.db = db
+        self.guard = guard
+        self.path = path
 
     def __enter__(self) -> sqlite3.Connection:
         self.db.execute("BEGIN IMMEDIATE")
+        if self.guard is not None:
+            try:
+                self.guard()
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
         return self.db
 
     def __exit__(self, kind, value, traceback) -> None:
         if kind is None:
-            self.db.execute("COMMIT")
-        else:
+            try:
+                self.db.execute("COMMIT")
+                return
+            except sqlite3.Error as error:
+                value = error
+        if self.db.in_transaction:
             self.db.execute("ROLLBACK")
+        if isinstance(value, sqlite3.Error) and _is_full(value):
+            raise DiskFullError(
+                f"{self.path}: the disk is full: this call stored nothing and "
+                "changed nothing; every call acknowledged before it is stored. "
+                "Free some space and retry."
+            ) from value
+        if kind is None:
+            raise value
 
 
 __all__ = [
     "CHUNK_BYTES",
     "FORMAT",
     "JOURNAL_NAME",
+    "MARKER_NAME",
     "CorruptFolderError",
+    "DiskFullError",
     "Journal",
+    "lost_journal",
+    "row_checksum",
     "text_hash",
+    "write_marker",
 ]

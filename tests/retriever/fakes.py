@@ -22,6 +22,9 @@ CONFIG = RetrieverConfig(
     initial_queries=32,
     snapshot_every=4,
     precompile=False,
+    # The tests of the paper preset's schedule and anchors; test_retriever_best
+    # and test_identity cover the others.
+    preset="paper",
 )
 
 TOPICS = ["hiking", "painting", "guitar", "cooking", "chess", "swimming", "poetry"]

@@ -21,6 +21,7 @@ CONFIG = RetrieverConfig(
     initial_memories=128,
     initial_queries=32,
     precompile=False,
+    preset="paper",
 )
 TOPICS = ["hiking", "painting", "guitar", "cooking", "chess", "swimming", "poetry"]
 
@@ -127,3 +128,77 @@ def test_langchain_retriever_own_pool_and_external_pool(tmp_path):
         documents = external.invoke("Who won at chess?")
         assert documents[0].id == "ext-8"
         assert agent.num_memories == 40 + 15
+
+
+def test_adapters_return_fresh_text_and_metadata_after_an_edit(tmp_path):
+    """Mem0 and LangChain pools carry the caller's current text and metadata;
+    the retriever records both (an edit for a new text), so what it returns
+    is never stale."""
+    pytest.importorskip("langchain_core")
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+
+    from earm_jax.retriever.langchain import EarmRetriever
+
+    versions = {"text": "Sam plays chess.", "v": 1}
+
+    class Changing(BaseRetriever):
+        def _get_relevant_documents(self, query, *, run_manager):
+            return [
+                Document(
+                    id="c1",
+                    page_content=versions["text"],
+                    metadata={"v": versions["v"]},
+                ),
+                Document(id="c2", page_content="Sam likes tea.", metadata={"v": 1}),
+            ]
+
+    with OnlineRetriever(
+        tmp_path / "lc", KeywordScorer(), HashEmbedder(), CONFIG
+    ) as agent:
+        lc = EarmRetriever(retriever=agent, base_retriever=Changing(), k=2)
+        first = {d.id: d for d in lc.invoke("Who plays chess?")}
+        assert first["c1"].metadata["v"] == 1
+        versions.update(text="Sam plays chess on Sundays.", v=3)
+        again = {d.id: d for d in lc.invoke("Who plays chess?")}
+        assert again["c1"].metadata["v"] == 3
+        assert again["c1"].page_content == "Sam plays chess on Sundays."
+        assert agent.get(["c1"])[0].metadata == {"v": 3}
+
+    pytest.importorskip("mem0")
+    from earm_jax.retriever.mem0 import EarmReranker
+
+    with TenantRetrievers(
+        tmp_path / "mem0", KeywordScorer(), HashEmbedder(), CONFIG
+    ) as tenants:
+        reranker = EarmReranker(tenants)
+
+        def documents(text, version):
+            return [
+                {
+                    "id": "d1",
+                    "memory": text,
+                    "user_id": "u",
+                    "score": 0.9,
+                    "metadata": {"v": version},
+                },
+                {
+                    "id": "d2",
+                    "memory": "Sam likes tea.",
+                    "user_id": "u",
+                    "score": 0.5,
+                    "metadata": {"v": 1},
+                },
+            ]
+
+        reranker.rerank("Who plays chess?", documents("Sam plays chess.", 1), 2)
+        ranked = reranker.rerank(
+            "Who plays chess?", documents("Sam plays chess daily.", 3), 2
+        )
+        assert {d["id"]: d["metadata"] for d in ranked}["d1"] == {"v": 3}
+        stored = tenants.get("u").get(["d1"])[0]
+        assert (stored.text, stored.metadata) == ("Sam plays chess daily.", {"v": 3})
+        answer = reranker.last
+        assert dict(zip(answer.memory_ids, answer.metadata, strict=True))["d1"] == {
+            "v": 3
+        }

@@ -459,7 +459,9 @@ def test_check_names_the_problem_and_repair_rebuilds_the_snapshot(tmp_path):
     db.execute("UPDATE memories SET embedding = x'00' WHERE row = 7")
     db.commit()
     db.close()
-    with pytest.raises(CorruptFolderError, match="memory row 7: embedding has 1 bytes"):
+    with pytest.raises(
+        CorruptFolderError, match=r"memory row 7 \(id 7\): its embedding does not match"
+    ):
         _open(tmp_path)
     with pytest.raises(CorruptFolderError):
         repair(tmp_path)

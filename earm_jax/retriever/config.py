@@ -1,0 +1,214 @@
+"""The retriever's settings and answers: :class:`RetrieverConfig` (which EARM,
+which shapes, which runtime options), :class:`Memory` and :class:`Retrieved`."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from earm_jax.base import Policy
+from earm_jax.policies import top_similarity_policy
+from earm_jax.policies.budget import constant_budget
+from earm_jax.settings import PRESETS, EarmSettings
+
+MemoryId = int | str
+
+# Fields that define the experience (stored, must match on reopen) vs. runtime
+# options a caller may change on every open.
+RUNTIME_FIELDS = (
+    "top_k",
+    "snapshot_every",
+    "scorer_timeout",
+    "lock_timeout",
+    "synchronous",
+    "precompile",
+)
+
+
+RETRIEVER_PRESETS = ("best", "top_similarity", "paper")
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrieverConfig(EarmSettings):
+    """Settings of an online retriever: the shared
+    :class:`~earm_jax.settings.EarmSettings` (which EARM: rank, l2, solver,
+    stratum, schedule) plus the retriever's own.
+
+    Experience settings (stored in the journal; reopening with different ones
+    raises): every :class:`~earm_jax.settings.EarmSettings` field, ``pool_size``,
+    ``initial_memories``, ``initial_queries``, ``seed``.
+
+    Presets (``preset``; a folder keeps the one it was created with):
+      ``"best"`` (the default for new folders): the adaptive multi-round
+        policy under a hard cap of ``call_budget`` times the pool per query
+        on average (:mod:`earm_jax.policies.adaptive`);
+      ``"top_similarity"``: scores the ``ceil(call_budget * pool_size)`` most
+        similar candidates of every query (the equal-calls baseline to compare
+        ``best`` against on one's own traffic);
+      ``"paper"``: the paper's stage schedule and stratified anchors (a new
+        agent scores the whole pool for its first ``block_size`` queries).
+
+    Runtime options (free to change on each open):
+      top_k: default ``k``.
+      snapshot_every: queries between solver-state snapshots (replay on open is
+        at most this many queries).
+      scorer_timeout: seconds one scorer request may take before its pairs
+        count as failed (``None``: wait forever).
+      lock_timeout: ``0`` fails at once when another process holds the folder,
+        ``> 0`` waits that long, ``None`` waits forever.
+      synchronous: SQLite durability, ``"FULL"`` (survives power loss) or
+        ``"NORMAL"`` (survives a process crash).
+      precompile: compile the next (doubled) buffer shapes in a background
+        thread before they are needed, so growth does not stall one query.
+    """
+
+    # Constant cost per query however long the agent lives (see
+    # earm_jax/core/solvers/incremental.py); "als" refits the whole history.
+    solver: str = "incremental"
+    # Beats the paper's policy at equal calls and never scores a whole pool.
+    preset: str = "best"
+    pool_size: int = 200
+    top_k: int = 10
+    initial_memories: int = 1024
+    initial_queries: int = 1024
+    seed: int = 0
+    snapshot_every: int = 100
+    scorer_timeout: float | None = 120.0
+    lock_timeout: float | None = 0.0
+    synchronous: str = "FULL"
+    precompile: bool = True
+
+    def __post_init__(self) -> None:
+        if self.preset not in RETRIEVER_PRESETS:
+            raise ValueError(
+                f"RetrieverConfig.preset must be one of {RETRIEVER_PRESETS}, got "
+                f"{self.preset!r}"
+            )
+        if self.preset in PRESETS:
+            super().__post_init__()
+        else:
+            # The shared settings know the presets every entry point has; the
+            # retriever's own is checked as the paper's (same fields).
+            preset = self.preset
+            object.__setattr__(self, "preset", "paper")
+            try:
+                super().__post_init__()
+            finally:
+                object.__setattr__(self, "preset", preset)
+        for name in (
+            "pool_size",
+            "top_k",
+            "initial_memories",
+            "initial_queries",
+            "snapshot_every",
+        ):
+            value = getattr(self, name)
+            if not is_int(value) or value < 1:
+                raise ValueError(
+                    f"RetrieverConfig.{name} must be a positive int, got {value!r}"
+                )
+        if not is_int(self.seed) or self.seed < 0:
+            raise ValueError(
+                f"RetrieverConfig.seed must be an int >= 0, got {self.seed!r}"
+            )
+        ratios = tuple(self.stage_ratios)
+        if not ratios or not all(0 <= r <= 1 for r in ratios):
+            raise ValueError(
+                f"RetrieverConfig.stage_ratios must be fractions in [0, 1], got "
+                f"{self.stage_ratios!r}"
+            )
+        object.__setattr__(self, "stage_ratios", tuple(float(r) for r in ratios))
+        for name in ("scorer_timeout", "lock_timeout"):
+            value = getattr(self, name)
+            if value is not None and (
+                not isinstance(value, int | float)
+                or isinstance(value, bool)
+                or not value >= 0
+            ):
+                raise ValueError(
+                    f"RetrieverConfig.{name} must be None or a number >= 0, got "
+                    f"{value!r}"
+                )
+        if self.synchronous not in ("FULL", "NORMAL"):
+            raise ValueError(
+                f"RetrieverConfig.synchronous must be 'FULL' or 'NORMAL', got "
+                f"{self.synchronous!r}"
+            )
+
+    def policy(self, pool_size: int, budget_scale=None) -> Policy:
+        """The anchor policy of ``paper`` and ``top_similarity`` (``best``
+        picks its anchors in rounds: :mod:`earm_jax.retriever.rounds`)."""
+        if self.preset != "top_similarity":
+            return super().policy(pool_size, budget_scale)
+        calls = min(pool_size, math.ceil(self.call_budget * pool_size))
+        return top_similarity_policy(pool_size, budget=constant_budget(calls))
+
+    def experience(self) -> dict[str, Any]:
+        """The stored settings (what a reopen must agree with)."""
+        settings = dataclasses.asdict(self)
+        for name in RUNTIME_FIELDS:
+            settings.pop(name)
+        settings["stage_ratios"] = list(settings["stage_ratios"])
+        return settings
+
+
+def runtime_of(config: RetrieverConfig) -> dict[str, Any]:
+    return {name: getattr(config, name) for name in RUNTIME_FIELDS}
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class Memory:
+    """One live memory: its id, text and metadata."""
+
+    id: MemoryId
+    text: str
+    metadata: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Retrieved:
+    """One query's answer.
+
+    Attributes:
+      memory_ids: the top-``k`` memory ids, in chronological order.
+      texts: their texts.
+      metadata: their metadata.
+      scores: their mixed scores (direct score where anchored).
+      anchored: whether each was scored directly at this query.
+      calls: pairs sent to the scorer for this query (unpaid before).
+      cache_hits: anchors answered from scores paid earlier.
+      failures: ``(memory id, reason)`` for anchors the scorer failed on; they
+        count as not observed, never as a made-up score.
+      budget: the policy's direct-scoring budget for this query.
+      query_index: this query's index in the retriever's life.
+      ranked_ids: the same memories best first (ties: higher similarity first).
+      rounds: scorer requests this query made (``preset="best"``: 0 to 4
+        rounds of growing size, each one batched request; else 1).
+    """
+
+    memory_ids: list[MemoryId]
+    texts: list[str]
+    metadata: list[dict]
+    scores: list[float]
+    anchored: list[bool]
+    calls: int
+    cache_hits: int
+    failures: list[tuple[MemoryId, str]]
+    budget: int
+    query_index: int
+    ranked_ids: list[MemoryId]
+    rounds: int = 1
+
+    def by_score(self) -> list[MemoryId]:
+        """The ids best first (instead of chronological)."""
+        return list(self.ranked_ids)
+
+
+__all__ = ["Memory", "MemoryId", "Retrieved", "RetrieverConfig"]

@@ -1,0 +1,132 @@
+"""Paying the scorer: one request in a daemon thread (so a hang never blocks
+the caller), every answer validated, every fault turned into a per-pair
+failure that is counted and never observed as a score."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from earm_jax.base import Query
+from earm_jax.core.config import SolverState
+from earm_jax.scoring.base import PairScore, Scorer
+
+
+class Pending:
+    """One scorer request running in a daemon thread (so a hang never blocks)."""
+
+    def __init__(self, scorer: Scorer, requests: list) -> None:
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        thread = threading.Thread(
+            target=self._run, args=(scorer, requests), daemon=True
+        )
+        thread.start()
+
+    def _run(self, scorer: Scorer, requests: list) -> None:
+        try:
+            self.result = scorer.score_many(requests)
+        except BaseException as error:  # noqa: BLE001 - reported per pair
+            self.error = error
+        finally:
+            self.done.set()
+
+
+def validated(answer: Any) -> PairScore:
+    if not isinstance(answer, PairScore):
+        return PairScore.failure(
+            f"scorer returned {type(answer).__name__}, not a PairScore"
+        )
+    if not answer.ok:
+        return PairScore.failure(answer.reason or "failed")
+    value = answer.value
+    if not isinstance(value, int | float | np.floating) or isinstance(value, bool):
+        return PairScore.failure(f"score is not a number: {value!r}")
+    if not math.isfinite(value):
+        return PairScore.failure(f"score is not finite: {value!r}")
+    if not 0.0 <= value <= 1.0:
+        return PairScore.failure(f"score out of range [0, 1]: {value!r}")
+    return PairScore.success(float(value))
+
+
+def failure_kind(reason: str) -> str:
+    return reason.split(":")[0].split(" after ")[0]
+
+
+class Paying:
+    """The scorer-paying half of :class:`OnlineRetriever`."""
+
+    def _score(self, requests: list[tuple[str, list[str]]]) -> list[list[PairScore]]:
+        """The scorer's answers, each validated; every fault becomes a failure."""
+        if not requests:
+            return []
+        pending = Pending(self.scorer, requests)
+        timeout = self.config.scorer_timeout
+        if not pending.done.wait(timeout):
+            reason = f"timeout after {timeout:g} s"
+            return [[PairScore.failure(reason)] * len(m) for _, m in requests]
+        if pending.error is not None:
+            error = pending.error
+            reason = f"scorer raised {type(error).__name__}: {error}"
+            return [[PairScore.failure(reason)] * len(m) for _, m in requests]
+        answers = pending.result
+        if not isinstance(answers, Sequence) or len(answers) != len(requests):
+            got = (
+                len(answers)
+                if isinstance(answers, Sequence)
+                else type(answers).__name__
+            )
+            reason = f"wrong length: {got} answers for {len(requests)} requests"
+            return [[PairScore.failure(reason)] * len(m) for _, m in requests]
+        out = []
+        for (_, memories), row in zip(requests, answers, strict=True):
+            if not isinstance(row, Sequence) or len(row) != len(memories):
+                got = len(row) if isinstance(row, Sequence) else type(row).__name__
+                reason = f"wrong length: {got} scores for {len(memories)} pairs"
+                out.append([PairScore.failure(reason)] * len(memories))
+            else:
+                out.append([validated(answer) for answer in row])
+        return out
+
+    def _prepare(self, text: str, query: Query, index: int, state: SolverState):
+        """Anchors of a query (rows, pool positions) and its cached scores."""
+        select, _ = self._functions()
+        anchors = np.asarray(select(self._key("select", index), state, query))
+        positions = np.flatnonzero(anchors)
+        rows = np.asarray(query.candidates)[positions]
+        cached = self._journal.get_scores(
+            self._scorer_key, text, [self._texts[r] for r in rows]
+        )
+        return positions, rows, cached
+
+    def _pay(
+        self, text: str, rows, cached, index: int
+    ) -> tuple[list[PairScore], int, int]:
+        """Answers for the anchors: stored ones, then the scorer for the rest."""
+        missing = list(
+            dict.fromkeys(
+                self._texts[r] for r, v in zip(rows, cached, strict=True) if v is None
+            )
+        )
+        fresh = dict(
+            zip(
+                missing,
+                self._score([(text, missing)])[0] if missing else [],
+                strict=True,
+            )
+        )
+        self._journal.put_scores(
+            self._scorer_key,
+            [(text, m, a.value) for m, a in fresh.items() if a.ok],
+            index,
+        )
+        answers = [
+            PairScore.success(v) if v is not None else fresh[self._texts[r]]
+            for r, v in zip(rows, cached, strict=True)
+        ]
+        return answers, len(missing), sum(v is not None for v in cached)

@@ -1,0 +1,460 @@
+"""Opening a folder: the stored settings checked against the caller's, the
+memory rows loaded, the latest snapshot restored and the operations after it
+replayed through the code that ran them; and writing snapshots."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections import Counter
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from earm_jax.base import NOT_INSERTED, Observation, Query
+from earm_jax.core.config import SolverConfig, SolverState
+from earm_jax.core.online import online_solver
+from earm_jax.policies.adaptive import Ledger
+from earm_jax.retriever.compiled import adaptive_for, build_policy, solver_config_of
+from earm_jax.retriever.config import RUNTIME_FIELDS, RetrieverConfig, runtime_of
+from earm_jax.retriever.resident import trim_heap
+from earm_jax.retriever.serial import serialized
+from earm_jax.store.journal import (
+    FORMAT,
+    MARKER_NAME,
+    CorruptFolderError,
+    Journal,
+    write_marker,
+)
+
+_LOG = logging.getLogger("earm_jax.retriever")
+# Embedded at creation and at each open: the same model gives the same vector
+# (up to float noise across machines); another model of the same width not.
+PROBE_TEXT = "Embedder identity probe: a fixed sentence, never stored as a memory."
+PROBE_AGREEMENT = 0.999
+
+
+class Recovery:
+    """The opening, replay and snapshot half of :class:`OnlineRetriever`."""
+
+    _use_snapshot = True
+    # check and repair open a folder without its embedder.
+    _verify_embedder = True
+
+    def _open(self, scorer, embedder, config) -> None:
+        runtime = config or RetrieverConfig()
+        self.scorer = scorer
+        self.embedder = embedder
+        self._journal = journal = Journal(
+            self.directory, runtime.synchronous, guard=self._lock.verify
+        )
+        scorer_key = scorer.identity.key()
+        stored_format = journal.get_meta("format")
+        if stored_format is None:
+            if journal.last_seq() > 0 or (self.directory / MARKER_NAME).exists():
+                raise CorruptFolderError(
+                    f"{journal.path}: holds no settings (its meta table is empty) "
+                    "but the folder held a retriever: the journal was truncated "
+                    "or replaced; restore it from a backup"
+                )
+            self.config = runtime
+            identity = self._embedder_identity(embedder)
+            with journal.transaction() as db:
+                Journal.set_meta(db, "format", FORMAT)
+                Journal.set_meta(db, "config", runtime.experience())
+                Journal.set_meta(db, "runtime", runtime_of(runtime))
+                Journal.set_meta(db, "scorer", scorer_key)
+                Journal.set_meta(db, "embedder", identity)
+                Journal.set_meta(db, "width", identity and identity["width"])
+            write_marker(self.directory)
+        else:
+            if stored_format != FORMAT:
+                raise CorruptFolderError(
+                    f"{journal.path}: format {stored_format!r}, expected {FORMAT!r}"
+                )
+            write_marker(self.directory)  # folders made before the marker
+            stored = journal.get_meta("config")
+            if isinstance(stored, dict) and "preset" not in stored:
+                # Folders made before presets existed ran the paper's policy.
+                stored = {**stored, "preset": "paper"}
+            try:
+                base = RetrieverConfig(**stored)
+            except (TypeError, ValueError) as error:
+                raise CorruptFolderError(
+                    f"{journal.path}: stored config is invalid ({error})"
+                ) from error
+            if config is not None:
+                theirs = config.experience()
+                differ = sorted(k for k in theirs if theirs[k] != stored.get(k))
+                if differ:
+                    detail = ", ".join(
+                        f"{k}: stored {stored.get(k)!r}, given {theirs[k]!r}"
+                        for k in differ
+                    )
+                    raise ValueError(
+                        f"{self.directory} was created with other settings "
+                        f"({detail}); pass config=None to use the stored ones, "
+                        "or use a new folder"
+                    )
+            if config is None:
+                stored_runtime = journal.get_meta("runtime") or {}
+                runtime = dataclasses.replace(
+                    runtime,
+                    **{k: v for k, v in stored_runtime.items() if k in RUNTIME_FIELDS},
+                )
+            else:
+                with journal.transaction() as db:
+                    Journal.set_meta(db, "runtime", runtime_of(config))
+            self.config = dataclasses.replace(
+                base, **{n: getattr(runtime, n) for n in RUNTIME_FIELDS}
+            )
+            stored_scorer = journal.get_meta("scorer")
+            if stored_scorer != scorer_key:
+                raise ValueError(
+                    f"{self.directory} holds the experience of scorer "
+                    f"{stored_scorer!r}, not {scorer_key!r}: scores of two scorers "
+                    "are never mixed in one matrix; use a new folder for this scorer"
+                )
+            self._check_embedder(embedder)
+        self._scorer_key = scorer_key
+        self.failure_counts: Counter[str] = Counter()
+        self.snapshot_failures = 0
+        self.last_snapshot_error: str | None = None
+        self._rebuild()
+
+    def _embedder_identity(self, embedder) -> dict | None:
+        """What identifies the embedding model: its ``identity`` (when it
+        names one), its width, and its vector of a fixed probe text (which
+        tells two models of the same width apart)."""
+        if not self._verify_embedder:
+            return None
+        vectors = np.asarray(embedder.embed([PROBE_TEXT]), np.float32)
+        if vectors.ndim != 2 or vectors.shape[0] != 1 or vectors.shape[1] < 1:
+            raise ValueError(
+                f"the embedder returned shape {vectors.shape} for one text; "
+                "expected (1, width)"
+            )
+        if not np.all(np.isfinite(vectors)):
+            raise ValueError("the embedder returned a non-finite vector")
+        name = getattr(embedder, "identity", None)
+        return {
+            "name": name if isinstance(name, str) else None,
+            "width": int(vectors.shape[1]),
+            "probe": [float(x) for x in vectors[0]],
+        }
+
+    def _check_embedder(self, embedder) -> None:
+        """Refuses an embedder other than the folder's (recorded at creation;
+        folders made before that record it now, if its width fits)."""
+        current = self._embedder_identity(embedder)
+        if current is None:
+            return
+        journal = self._journal
+        stored = journal.get_meta("embedder")
+        width = journal.get_meta("width")
+        if stored is None:
+            stored = {"name": None, "width": width, "probe": None}
+        where = f"{self.directory} holds memories embedded"
+        if stored["width"] is not None and stored["width"] != current["width"]:
+            raise ValueError(
+                f"{where} with width {stored['width']}; this embedder gives width "
+                f"{current['width']}: use the folder's embedding model, or a new "
+                "folder"
+            )
+        if stored["name"] and current["name"] and stored["name"] != current["name"]:
+            raise ValueError(
+                f"{where} by {stored['name']!r}, not {current['name']!r}: "
+                "similarities of two models are never mixed; use a new folder"
+            )
+        if stored["probe"] is not None:
+            recorded = np.asarray(stored["probe"], np.float32)
+            cosine = float(
+                recorded
+                @ np.asarray(current["probe"], np.float32)
+                / max(
+                    np.linalg.norm(recorded) * np.linalg.norm(current["probe"]), 1e-12
+                )
+            )
+            if cosine < PROBE_AGREEMENT:
+                raise ValueError(
+                    f"{where} by another model: this embedder's vector of the "
+                    f"probe text differs from the recorded one (cosine "
+                    f"{cosine:.4f} < {PROBE_AGREEMENT}); use the folder's "
+                    "embedding model, or a new folder"
+                )
+        elif width is None or width == current["width"]:
+            with journal.transaction() as db:
+                Journal.set_meta(db, "embedder", current)
+                Journal.set_meta(db, "width", current["width"])
+
+    def _rebuild(self) -> None:
+        """Loads memories, then the snapshot, then replays the journal after it."""
+        journal = self._journal
+        assert journal is not None
+        self.width = journal.get_meta("width")
+        problems = journal.integrity_problems()
+        if problems:
+            raise CorruptFolderError(
+                f"{journal.path}: SQLite integrity check failed: {'; '.join(problems)}"
+            )
+        rows = journal.memory_rows()
+        retired_by_ops = journal.retired_rows()
+        self._reset_memory_tables()
+        embeddings = []
+        for position, (row, mid, text, meta, blob, origin, _op, retired) in enumerate(
+            rows
+        ):
+            where = f"{journal.path}: memory row {row}"
+            if row != position:
+                raise CorruptFolderError(f"{where}: rows are not contiguous")
+            if not isinstance(text, str):
+                raise CorruptFolderError(f"{where}: text is not a string")
+            try:
+                metadata = json.loads(meta)
+            except ValueError as error:
+                raise CorruptFolderError(f"{where}: metadata is not JSON") from error
+            if self.width is None or len(blob) != 4 * self.width:
+                raise CorruptFolderError(
+                    f"{where}: embedding has {len(blob)} bytes, expected "
+                    f"{4 * (self.width or 0)} (width {self.width})"
+                )
+            vector = np.frombuffer(blob, np.float32)
+            if not np.all(np.isfinite(vector)):
+                raise CorruptFolderError(f"{where}: embedding is not finite")
+            if not 0 <= origin <= row:
+                raise CorruptFolderError(
+                    f"{where}: origin {origin} is not an earlier row"
+                )
+            if retired != retired_by_ops.get(row):
+                raise CorruptFolderError(
+                    f"{where}: retired by operation {retired}, but the operations "
+                    f"retire it at {retired_by_ops.get(row)}"
+                )
+            embeddings.append(vector)
+            self._ids.append(mid)
+            self._texts.append(text)
+            self._metadata.append(metadata)
+            self._origin.append(int(origin))
+            self._live.append(retired is None)
+            if retired is None:
+                self._row_of[mid] = row
+        self._retired_ids = {mid for mid in self._ids if mid not in self._row_of}
+        if embeddings:
+            self._embeddings = np.stack(embeddings).astype(np.float32)
+        # The experience: snapshot + replay.
+        config = self.config
+        self.solver_config = solver_config_of(
+            config, config.initial_memories, config.initial_queries
+        )
+        self.state = self._initial_state(self.solver_config)
+        adaptive = adaptive_for(self.config)
+        self.ledger: Ledger | None = None if adaptive is None else adaptive[0].init()
+        self._count = 0
+        self._rows_applied = 0
+        self._last_seq = 0
+        after = 0
+        snapshot = journal.latest_snapshot() if self._use_snapshot else None
+        if snapshot is not None:
+            loaded = self._load_snapshot(snapshot)
+            if loaded is None:
+                # A snapshot of an older layout (the best preset's call ledger
+                # before the learned order, the incremental statistics before
+                # they were packed): the journal keeps every operation, so
+                # replay them all instead; the next snapshot has the current
+                # layout.
+                snapshot = None
+            else:
+                after = loaded
+        # Rows stay visible to queries only once their op is applied: the
+        # replay below applies them in order.
+        self._visible_rows = self._rows_applied
+        self._replaying = True
+        expected_query = self._count
+        for seq, kind, payload, data in journal.ops_after(after):
+            where = f"{journal.path}: operation {seq} ({kind})"
+            if kind == "add":
+                first, count = payload["first"], payload["count"]
+                if first != self._rows_applied or first + count > len(self._ids):
+                    raise CorruptFolderError(
+                        f"{where}: adds rows {first}..{first + count - 1} but "
+                        f"{self._rows_applied} rows were applied and "
+                        f"{len(self._ids)} are stored"
+                    )
+                self._apply_add(first, count)
+            elif kind == "retire":
+                bad = [r for r in payload["rows"] if not 0 <= r < self._rows_applied]
+                if bad:
+                    raise CorruptFolderError(f"{where}: retires unknown rows {bad}")
+                self._apply_retire(payload["rows"])
+            elif kind == "metadata":
+                # The rows hold the current metadata; the solver never reads it.
+                if not 0 <= payload.get("row", -1) < self._rows_applied:
+                    raise CorruptFolderError(f"{where}: relabels an unknown row")
+            elif kind == "query":
+                if payload.get("index") != expected_query:
+                    raise CorruptFolderError(
+                        f"{where}: query index {payload.get('index')}, expected "
+                        f"{expected_query}"
+                    )
+                query, observation = self._decode_query(data, where)
+                self._apply_query(query, observation)
+                expected_query += 1
+            else:
+                raise CorruptFolderError(f"{where}: unknown operation kind")
+            self._last_seq = seq
+        self._replaying = False
+        if self._rows_applied != len(self._ids):
+            raise CorruptFolderError(
+                f"{journal.path}: {len(self._ids)} memory rows stored but only "
+                f"{self._rows_applied} added by the operations"
+            )
+        self._snapshot_seq = after
+        self._queries_since_snapshot = self._count - (
+            snapshot[1] if snapshot is not None else 0
+        )
+        if (
+            self._queries_since_snapshot >= self.config.snapshot_every
+            and self._use_snapshot
+        ):
+            self._snapshot_quietly()
+
+    def _experience(self, state: SolverState | None = None, ledger: Any = None):
+        """What a snapshot holds: the solver state, and the ``best`` preset's
+        call ledger beside it."""
+        state = self.state if state is None else state
+        ledger = self.ledger if ledger is None else ledger
+        return state if ledger is None else (state, ledger)
+
+    def _initial_state(self, solver_config: SolverConfig) -> SolverState:
+        solver = online_solver(solver_config, build_policy(self.config))
+        return solver.init(
+            self._key("init"),
+            jnp.full((solver_config.num_memories,), NOT_INSERTED, jnp.int32),
+        )
+
+    def _load_snapshot(self, snapshot) -> int | None:
+        """Loads ``snapshot``; returns its operation seq, or ``None`` when its
+        leaves are named otherwise than the current experience's (an older
+        layout of the solver state or ledger: a leaf renamed, added or
+        removed), so the caller replays the journal instead."""
+        seq, num_queries, stored_config, leaves, names = snapshot
+        where = f"{self._journal.path}: snapshot at operation {seq}"
+        try:
+            solver_config = SolverConfig(**stored_config)
+        except TypeError as error:
+            raise CorruptFolderError(f"{where}: bad solver config ({error})") from error
+        template = jax.eval_shape(
+            lambda: self._experience(self._initial_state(solver_config), self.ledger)
+        )
+        named, treedef = jax.tree_util.tree_flatten_with_path(template)
+        expected = [jax.tree_util.keystr(path) for path, _ in named]
+        if names is not None and list(names) != expected:
+            return None
+        for name, (_, want), got in zip(expected, named, leaves, strict=True):
+            if tuple(want.shape) != got.shape or np.dtype(want.dtype) != got.dtype:
+                raise CorruptFolderError(
+                    f"{where}: leaf {name} is {got.dtype}{list(got.shape)}, the "
+                    f"solver expects {np.dtype(want.dtype)}{list(want.shape)}"
+                )
+        experience = jax.tree.unflatten(treedef, [jnp.asarray(leaf) for leaf in leaves])
+        state = experience if self.ledger is None else experience[0]
+        if self.ledger is not None:
+            self.ledger = experience[1]
+        if int(state.count) != num_queries:
+            raise CorruptFolderError(f"{where}: count disagrees with num_queries")
+        rows = self._rows_in_snapshot(seq)
+        if rows > len(self._ids):
+            raise CorruptFolderError(
+                f"{where}: covers {rows} memory rows, {len(self._ids)} are stored"
+            )
+        self.state, self.solver_config = state, solver_config
+        self._count = num_queries
+        self._rows_applied = rows
+        self._last_seq = seq
+        return seq
+
+    def _rows_in_snapshot(self, seq: int) -> int:
+        (count,) = self._journal._db.execute(
+            "SELECT COUNT(*) FROM memories WHERE op <= ?", (seq,)
+        ).fetchone()
+        return int(count)
+
+    # ------------------------------------------------------------- encoding
+
+    def _encode_query(self, query: Query, observation: Observation) -> bytes:
+        return b"".join(
+            [
+                np.asarray(query.candidates, np.int32).tobytes(),
+                np.asarray(query.similarity, np.float32).tobytes(),
+                np.asarray(query.valid, np.bool_).tobytes(),
+                np.asarray(observation.values, np.float32).tobytes(),
+                np.asarray(observation.mask, np.bool_).tobytes(),
+            ]
+        )
+
+    def _decode_query(self, data: bytes | None, where: str):
+        size = self.config.pool_size
+        if data is None or len(data) != 14 * size:
+            raise CorruptFolderError(
+                f"{where}: pool record has {0 if data is None else len(data)} bytes, "
+                f"expected {14 * size}"
+            )
+        parts, offset = [], 0
+        for dtype, width in (
+            (np.int32, 4),
+            (np.float32, 4),
+            (np.bool_, 1),
+            (np.float32, 4),
+            (np.bool_, 1),
+        ):
+            parts.append(np.frombuffer(data[offset : offset + width * size], dtype))
+            offset += width * size
+        candidates, similarity, valid, values, mask = parts
+        if np.any(valid & ((candidates < 0) | (candidates >= self._rows_applied))):
+            raise CorruptFolderError(f"{where}: a candidate row was not added yet")
+        if np.any(mask & ~valid) or np.any(mask & ~((values >= 0) & (values <= 1))):
+            raise CorruptFolderError(f"{where}: an observed score is invalid")
+        return (
+            Query(jnp.asarray(candidates), jnp.asarray(similarity), jnp.asarray(valid)),
+            Observation(jnp.asarray(values), jnp.asarray(mask)),
+        )
+
+    # ------------------------------------------------------------- snapshots
+
+    def _snapshot_quietly(self) -> None:
+        """A snapshot after a committed operation: it only speeds up the next
+        open (the journal holds everything), so a failure (disk full, I/O
+        error) is counted in :attr:`snapshot_failures`, logged, and retried
+        at the next operation, never raised to a caller whose write is
+        already stored."""
+        try:
+            self.snapshot()
+        except Exception as error:  # noqa: BLE001 - counted, logged, retried
+            self.snapshot_failures += 1
+            self.last_snapshot_error = f"{type(error).__name__}: {error}"
+            _LOG.warning(
+                "%s: snapshot failed (%s); the journal holds every operation, "
+                "the snapshot is retried after the next one",
+                self.directory,
+                self.last_snapshot_error,
+            )
+
+    @serialized
+    def snapshot(self) -> int:
+        """Writes the solver state now (atomically); returns the bytes written."""
+        self._check_open()
+        named = jax.tree_util.tree_flatten_with_path(self._experience())[0]
+        written = self._journal.write_snapshot(
+            self._last_seq,
+            self._count,
+            self.solver_config._asdict(),
+            [np.asarray(leaf) for _, leaf in named],
+            [jax.tree_util.keystr(path) for path, _ in named],
+        )
+        self._queries_since_snapshot = 0
+        self._snapshot_seq = self._last_seq
+        trim_heap()  # the snapshot's copies of the state are garbage now
+        return written

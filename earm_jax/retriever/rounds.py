@@ -1,0 +1,90 @@
+"""The ``best`` preset's query: rounds of growing size, one batched scorer
+request each, run live or replayed from the recorded answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from earm_jax.base import Observation, Query
+from earm_jax.core.online import usable_candidates
+from earm_jax.policies.adaptive import Ledger
+from earm_jax.retriever.compiled import adaptive_for
+from earm_jax.retriever.config import Retrieved
+
+
+class AdaptiveRounds:
+    """The ``best`` preset's half of :class:`OnlineRetriever`."""
+
+    def _rounds(self, query: Query, pay) -> tuple[Ledger, Any, int]:
+        """The ``best`` preset's rounds for one query.
+
+        ``pay(positions) -> (values, ok)`` answers one round (one batched scorer
+        request live; the recorded answers on replay). Returns the new ledger,
+        the policy's info and the number of rounds.
+        """
+        policy, begin, select_round, observe_round, finish = adaptive_for(self.config)
+        ledger = self.ledger
+        # The learned order of the unscored reads the memories' biases in the
+        # experience matrix as fitted on the queries before this one.
+        memory_bias = self.state.memory_bias[query.candidates]
+        progress = begin(
+            ledger, query, usable_candidates(self.state, query), memory_bias
+        )
+        size = self.config.pool_size
+        rounds = 0
+        for _ in range(policy.config.num_rounds):
+            requested = np.asarray(select_round(ledger, progress))
+            if not requested.any():
+                break
+            positions = np.flatnonzero(requested)
+            answered, ok = pay(positions)
+            values = np.zeros(size, np.float32)
+            mask = np.zeros(size, bool)
+            values[positions] = np.where(ok, answered, 0.0)
+            mask[positions] = ok
+            progress = observe_round(
+                ledger,
+                progress,
+                Observation(jnp.asarray(values), jnp.asarray(mask)),
+                jnp.asarray(requested),
+            )
+            rounds += 1
+        ledger, info = finish(ledger, progress)
+        return ledger, info, rounds
+
+    def _answer_adaptive(self, text: str, query: Query, k: int) -> Retrieved:
+        index = self._count
+        all_positions, all_rows, all_answers = [], [], []
+        totals = {"calls": 0, "hits": 0}
+
+        def pay(positions: np.ndarray):
+            rows = np.asarray(query.candidates)[positions]
+            cached = self._journal.get_scores(
+                self._scorer_key, text, [self._texts[r] for r in rows]
+            )
+            answers, calls, hits = self._pay(text, rows, cached, index)
+            totals["calls"] += calls
+            totals["hits"] += hits
+            all_positions.extend(int(p) for p in positions)
+            all_rows.extend(int(r) for r in rows)
+            all_answers.extend(answers)
+            return (
+                np.asarray([a.value if a.ok else 0.0 for a in answers], np.float32),
+                np.asarray([a.ok for a in answers], bool),
+            )
+
+        ledger, info, rounds = self._rounds(query, pay)
+        return self._finish(
+            text,
+            query,
+            np.asarray(all_positions, np.int64),
+            np.asarray(all_rows, np.int64),
+            all_answers,
+            k,
+            totals["calls"],
+            totals["hits"],
+            adaptive=(ledger, info, rounds),
+        )

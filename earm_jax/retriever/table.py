@@ -1,0 +1,340 @@
+"""The memory table: every version of every memory (text, metadata,
+embedding), which rows are live, and the calls that change it (add, update,
+delete) or read it (get, memories, the similarity pool)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+from earm_jax.base import Query
+from earm_jax.retriever.config import Memory, MemoryId
+from earm_jax.retriever.serial import serialized
+from earm_jax.retriever.validation import (
+    check_id,
+    check_text,
+    check_texts,
+    matches,
+    metadata_json,
+)
+from earm_jax.store.journal import Journal
+
+_LOG = logging.getLogger("earm_jax.retriever")
+
+
+class MemoryTable:
+    """The memory half of :class:`OnlineRetriever`."""
+
+    def _reset_memory_tables(self) -> None:
+        self._ids: list[MemoryId] = []
+        self._texts: list[str] = []
+        self._metadata: list[dict] = []
+        self._origin: list[int] = []
+        self._live: list[bool] = []
+        self._row_of: dict[MemoryId, int] = {}
+        self._retired_ids: set[MemoryId] = set()
+        self._embeddings = np.zeros((0, 0), np.float32)
+
+    @property
+    def num_memories(self) -> int:
+        """Live memories (added, not deleted)."""
+        return len(self._row_of)
+
+    def _embed(self, texts: list[str], what: str) -> np.ndarray:
+        vectors = self.embedder.embed(texts)
+        try:
+            vectors = np.asarray(vectors, np.float32)
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"the embedder returned no array for {what}: {error}"
+            ) from None
+        if vectors.ndim != 2 or vectors.shape[0] != len(texts):
+            raise ValueError(
+                f"the embedder returned shape {vectors.shape} for {len(texts)} "
+                f"{what}; expected ({len(texts)}, width)"
+            )
+        width = self.width
+        if width is not None and vectors.shape[1] != width:
+            raise ValueError(
+                f"the embedder returned width {vectors.shape[1]}, this retriever's "
+                f"memories have width {width} (another embedding model?)"
+            )
+        if vectors.shape[1] < 1:
+            raise ValueError("the embedder returned zero-width vectors")
+        if not np.all(np.isfinite(vectors)):
+            bad = int(np.flatnonzero(~np.all(np.isfinite(vectors), axis=1))[0])
+            raise ValueError(
+                f"the embedder returned a non-finite vector ({what}[{bad}])"
+            )
+        norms = np.linalg.norm(vectors, axis=1)
+        if np.any(np.abs(norms - 1.0) > 1e-3):
+            bad = int(np.flatnonzero(np.abs(norms - 1.0) > 1e-3)[0])
+            raise ValueError(
+                f"the embedder returned a vector of norm {norms[bad]:.4g} "
+                f"({what}[{bad}]); the retriever needs unit-norm embeddings"
+            )
+        return vectors
+
+    def _append_rows(self, db, ids, texts, metas, vectors, origins, seq) -> None:
+        first = len(self._ids)
+        Journal.insert_memories(
+            db,
+            [
+                (first + i, mid, text, meta, vector.tobytes(), origin, seq)
+                for i, (mid, text, meta, vector, origin) in enumerate(
+                    zip(ids, texts, metas, vectors, origins, strict=True)
+                )
+            ],
+        )
+
+    def _remember_rows(self, ids, texts, metas, vectors, origins) -> None:
+        for mid, text, meta, origin in zip(ids, texts, metas, origins, strict=True):
+            self._row_of[mid] = len(self._ids)
+            self._ids.append(mid)
+            self._texts.append(text)
+            self._metadata.append(json.loads(meta))
+            self._origin.append(origin)
+            self._live.append(True)
+        self._embeddings = (
+            vectors.copy()
+            if self._embeddings.size == 0
+            else np.concatenate([self._embeddings, vectors])
+        )
+
+    # -------------------------------------------------------------------- API
+
+    @serialized
+    def add(
+        self,
+        texts: Sequence[str],
+        metadata: Sequence[Mapping | None] | None = None,
+        ids: Sequence[MemoryId] | None = None,
+    ) -> list[MemoryId]:
+        """Adds memories; they are candidates from the next query on.
+
+        Args:
+          texts: the memories' texts (a list; a bare ``str`` is refused).
+          metadata: one JSON-serialisable dict per text (or ``None``).
+          ids: caller-chosen ``int`` or ``str`` ids, unique and never used
+            before in this folder; ``None`` assigns integers.
+
+        Returns:
+          The ids, in order. Nothing is stored unless every input is valid.
+        """
+        self._check_open()
+        texts = check_texts(texts)
+        if metadata is not None:
+            if isinstance(metadata, Mapping | str) or not isinstance(
+                metadata, Sequence
+            ):
+                raise ValueError("metadata must be a list with one dict per text")
+            if len(metadata) != len(texts):
+                raise ValueError(
+                    f"metadata has {len(metadata)} entries for {len(texts)} texts"
+                )
+        metas = [
+            metadata_json(None if metadata is None else metadata[i], f"metadata[{i}]")
+            for i in range(len(texts))
+        ]
+        if ids is not None:
+            if isinstance(ids, str) or not isinstance(ids, Sequence):
+                raise ValueError("ids must be a list with one id per text")
+            if len(ids) != len(texts):
+                raise ValueError(f"ids has {len(ids)} entries for {len(texts)} texts")
+            ids = [check_id(mid, f"ids[{i}]") for i, mid in enumerate(ids)]
+            if len(set(ids)) != len(ids):
+                dup = next(m for m in ids if ids.count(m) > 1)
+                raise ValueError(f"ids holds {dup!r} twice")
+            for mid in ids:
+                if mid in self._row_of:
+                    raise ValueError(f"id {mid!r} exists already (use update)")
+                if mid in self._retired_ids:
+                    raise ValueError(f"id {mid!r} was deleted; ids are never reused")
+        if not texts:
+            return []
+        vectors = self._embed(texts, "texts")
+        if ids is None:
+            start = max(self._journal.max_int_id() + 1, 0)
+            ids = list(range(start, start + len(texts)))
+        first = len(self._ids)
+        origins = list(range(first, first + len(texts)))
+        with self._journal.transaction() as db:
+            if self.width is None:
+                Journal.set_meta(db, "width", int(vectors.shape[1]))
+            seq = Journal.append_op(db, "add", {"first": first, "count": len(texts)})
+            self._append_rows(db, ids, texts, metas, vectors, origins, seq)
+        self.width = int(vectors.shape[1])
+        self._remember_rows(ids, texts, metas, vectors, origins)
+        self._apply_add(first, len(texts))
+        self._last_seq = seq
+        self._warm_ahead()
+        return list(ids)
+
+    @serialized
+    def update(
+        self,
+        id: MemoryId,
+        text: str | None = None,
+        metadata: Mapping | None = None,
+    ) -> None:
+        """Replaces a memory's text and/or metadata; keeps its id.
+
+        A new text gets a fresh row with no observations: scores paid for the
+        old text are never counted as evidence for the new one. New metadata
+        alone (``text`` ``None`` or unchanged) is replaced in place: the text,
+        hence its evidence, is the same.
+        """
+        self._check_open()
+        mid = check_id(id, "id")
+        if text is None and metadata is None:
+            raise ValueError("update needs a text or metadata (both are None)")
+        if text is not None:
+            text = check_text(text, "text")
+        meta = None if metadata is None else metadata_json(metadata, "metadata")
+        if mid not in self._row_of:
+            raise KeyError(f"no live memory with id {mid!r}")
+        old = self._row_of[mid]
+        if text is None or text == self._texts[old]:
+            if meta is not None:
+                self._replace_metadata(old, meta)
+            return
+        if meta is None:
+            meta = json.dumps(self._metadata[old], sort_keys=True)
+        vectors = self._embed([text], "text")
+        new = len(self._ids)
+        with self._journal.transaction() as db:
+            seq = Journal.append_op(db, "retire", {"rows": [old], "reason": "update"})
+            Journal.retire_memories(db, [old], seq)
+            seq = Journal.append_op(db, "add", {"first": new, "count": 1})
+            self._append_rows(
+                db, [mid], [text], [meta], vectors, [self._origin[old]], seq
+            )
+        self._live[old] = False
+        del self._row_of[mid]
+        self._apply_retire([old])
+        self._remember_rows([mid], [text], [meta], vectors, [self._origin[old]])
+        self._apply_add(new, 1)
+        self._last_seq = seq
+
+    def _replace_metadata(self, row: int, meta: str) -> None:
+        if meta == json.dumps(self._metadata[row], sort_keys=True):
+            return
+        with self._journal.transaction() as db:
+            seq = Journal.append_op(db, "metadata", {"row": row})
+            self._journal.replace_metadata(db, row, meta)
+        self._metadata[row] = json.loads(meta)
+        self._last_seq = seq
+
+    @serialized
+    def delete(self, ids: Sequence[MemoryId]) -> None:
+        """Deletes memories: never a candidate, scored or returned again, and
+        forgotten on disk.
+
+        When the call returns, the text, metadata and embedding of every
+        version of each deleted memory are gone from every file of the folder
+        (overwritten in the journal, freed space zeroed, the WAL checkpointed
+        and truncated), and so are the paid scores keyed by those texts
+        (unless a live memory has the same text). Kept: the id, as a
+        tombstone (ids are never reused), its rows as empty placeholders (the
+        experience matrix's rows keep their numbers), and the scores already
+        folded into the solver's history as numbers that are masked (never a
+        candidate again) and name no text.
+        """
+        self._check_open()
+        if isinstance(ids, str) or not isinstance(ids, Sequence):
+            raise ValueError("ids must be a list of ids")
+        ids = [check_id(mid, f"ids[{i}]") for i, mid in enumerate(ids)]
+        unknown = [mid for mid in ids if mid not in self._row_of]
+        if unknown:
+            raise KeyError(f"no live memory with id(s) {unknown!r}")
+        if not ids:
+            return
+        rows = sorted({self._row_of[mid] for mid in ids})
+        forgotten = set(ids)
+        versions = [r for r, mid in enumerate(self._ids) if mid in forgotten]
+        texts = {self._texts[r] for r in versions}
+        kept = {self._texts[r] for r in self._row_of.values() if r not in rows}
+        with self._journal.transaction() as db:
+            seq = Journal.append_op(db, "retire", {"rows": rows, "reason": "delete"})
+            Journal.retire_memories(db, rows, seq)
+            self._journal.scrub_memories(db, versions, self.width or 0)
+            Journal.forget_scores(db, sorted(texts - kept - {""}))
+        for row in rows:
+            self._live[row] = False
+            del self._row_of[self._ids[row]]
+            self._retired_ids.add(self._ids[row])
+        for row in versions:
+            self._texts[row] = ""
+            self._metadata[row] = {}
+            self._embeddings[row] = 0.0
+        self._apply_retire(rows)
+        self._last_seq = seq
+        if not self._journal.flush_freed():
+            # The delete is committed: report, never raise; the next delete or
+            # the close (SQLite checkpoints when its last connection closes)
+            # truncates the WAL.
+            _LOG.warning(
+                "%s: the WAL could not be truncated after a delete (another "
+                "connection is reading); the deleted content stays in the -wal "
+                "file until the next checkpoint",
+                self.directory,
+            )
+
+    @serialized
+    def get(self, ids: Sequence[MemoryId]) -> list[Memory]:
+        """The live memories ``ids`` (``KeyError`` naming any unknown or deleted)."""
+        self._check_open()
+        if isinstance(ids, str) or not isinstance(ids, Sequence):
+            raise ValueError("ids must be a list of ids")
+        ids = [check_id(mid, f"ids[{i}]") for i, mid in enumerate(ids)]
+        unknown = [mid for mid in ids if mid not in self._row_of]
+        if unknown:
+            raise KeyError(f"no live memory with id(s) {unknown!r}")
+        return [
+            Memory(mid, self._texts[r], dict(self._metadata[r]))
+            for mid in ids
+            for r in [self._row_of[mid]]
+        ]
+
+    @serialized
+    def memories(self) -> list[Memory]:
+        """Every live memory, in chronological order."""
+        rows = sorted(self._row_of.values(), key=lambda r: (self._origin[r], r))
+        return [
+            Memory(self._ids[r], self._texts[r], dict(self._metadata[r])) for r in rows
+        ]
+
+    # ---------------------------------------------------------------- querying
+
+    def _eligible(self, where: Mapping | None) -> np.ndarray:
+        live = np.asarray(self._live[: self._visible_rows], bool)
+        if where:
+            match = np.array(
+                [matches(meta, where) for meta in self._metadata[: self._visible_rows]],
+                bool,
+            )
+            live &= match
+        return live
+
+    def _pool_from_vector(self, vector: np.ndarray, where: Mapping | None) -> Query:
+        size = self.config.pool_size
+        count = self._visible_rows
+        similarity = self._embeddings[:count] @ vector
+        eligible = self._eligible(where)
+        similarity = np.where(eligible, similarity, -np.inf).astype(np.float32)
+        take = int(min(size, eligible.sum()))
+        order = np.lexsort((np.arange(count), -similarity))[:take]
+        return self._pool(order, similarity[order])
+
+    def _pool(self, rows: np.ndarray, similarity: np.ndarray) -> Query:
+        size = self.config.pool_size
+        take = len(rows)
+        candidates = np.zeros(size, np.int32)
+        sims = np.zeros(size, np.float32)
+        valid = np.zeros(size, bool)
+        candidates[:take], sims[:take], valid[:take] = rows, similarity, True
+        return Query(jnp.asarray(candidates), jnp.asarray(sims), jnp.asarray(valid))

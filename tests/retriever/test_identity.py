@@ -1,0 +1,131 @@
+"""The embedder's identity is recorded at creation and checked at open; new
+folders take the ``best`` preset (old ones keep theirs); ``top_similarity``
+scores the most similar candidates; ``rerank`` records new text and metadata."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from earm_jax.retriever import OnlineRetriever, RetrieverConfig
+from earm_jax.store.journal import row_checksum
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fakes import CONFIG, HashEmbedder, KeywordScorer, memories, queries  # noqa: E402
+
+
+class OtherModel(HashEmbedder):
+    """Another model of the same width: the same words, other directions."""
+
+    def embed(self, texts):
+        vectors = super().embed(texts)
+        return np.roll(vectors, 7, axis=1)
+
+
+class NamedEmbedder(HashEmbedder):
+    def __init__(self, identity):
+        super().__init__()
+        self.identity = identity
+
+
+def test_another_embedder_is_refused_at_open(tmp_path):
+    with OnlineRetriever(tmp_path, KeywordScorer(), HashEmbedder(), CONFIG) as agent:
+        agent.add(memories(8))
+    for embedder, message in [
+        (OtherModel(), r"by another model: .*\(cosine 0\.\d+ < 0\.999\)"),
+        (HashEmbedder(width=32), "with width 64; this embedder gives width 32"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            OnlineRetriever(tmp_path, KeywordScorer(), embedder, None)
+    with OnlineRetriever(tmp_path, KeywordScorer(), HashEmbedder(), None) as again:
+        assert again.num_memories == 8
+
+
+def test_named_embedders_are_compared_by_name(tmp_path):
+    folder = tmp_path / "named"
+    with OnlineRetriever(folder, KeywordScorer(), NamedEmbedder("mini-v1"), CONFIG):
+        pass
+    with pytest.raises(ValueError, match="by 'mini-v1', not 'mini-v2'"):
+        OnlineRetriever(folder, KeywordScorer(), NamedEmbedder("mini-v2"), None)
+
+
+def test_a_folder_without_a_recorded_embedder_records_it_on_open(tmp_path):
+    with OnlineRetriever(tmp_path, KeywordScorer(), HashEmbedder(), CONFIG) as agent:
+        agent.add(memories(8))
+    db = sqlite3.connect(tmp_path / "journal.sqlite")
+    db.execute("DELETE FROM meta WHERE key='embedder'")  # as older folders are
+    db.commit()
+    db.close()
+    with OnlineRetriever(tmp_path, KeywordScorer(), HashEmbedder(), None):
+        pass
+    with pytest.raises(ValueError, match="by another model"):
+        OnlineRetriever(tmp_path, KeywordScorer(), OtherModel(), None)
+
+
+def test_new_folders_take_best_and_old_folders_keep_their_preset(tmp_path):
+    assert RetrieverConfig().preset == "best"
+    paper = dataclasses.replace(CONFIG, preset="paper")
+    with OnlineRetriever(tmp_path, KeywordScorer(), HashEmbedder(), paper) as agent:
+        agent.add(memories(8))
+    # A folder made before presets existed stored no preset: the paper's.
+    db = sqlite3.connect(tmp_path / "journal.sqlite")
+    stored = json.loads(
+        db.execute("SELECT value FROM meta WHERE key='config'").fetchone()[0]
+    )
+    del stored["preset"]
+    text = json.dumps(stored)
+    db.execute(
+        "UPDATE meta SET value=?, checksum=? WHERE key='config'",
+        (text, row_checksum("config", text)),
+    )
+    db.commit()
+    db.close()
+    with OnlineRetriever(tmp_path, KeywordScorer(), HashEmbedder(), None) as again:
+        assert again.config.preset == "paper" and again.ledger is None
+
+
+def test_top_similarity_scores_the_most_similar_candidates(tmp_path):
+    config = dataclasses.replace(CONFIG, preset="top_similarity", call_budget=0.25)
+    scorer = KeywordScorer()
+    with OnlineRetriever(tmp_path, scorer, HashEmbedder(), config) as agent:
+        agent.add(memories(30))
+        for ask in queries(5):
+            before = len(scorer.paid)
+            answer = agent.query(ask)
+            assert answer.budget == 3  # ceil(0.25 * 12), from the first query on
+            assert answer.calls + answer.cache_hits == 3
+            pool = agent._pool_from_vector(HashEmbedder().embed([ask])[0], None)
+            most_similar = {agent._texts[r] for r in np.asarray(pool.candidates)[:3]}
+            assert {m for _, m in scorer.paid[before:]} <= most_similar
+    with pytest.raises(ValueError, match="preset must be one of"):
+        RetrieverConfig(preset="nope")
+
+
+def test_rerank_records_new_text_as_an_edit_and_new_metadata(tmp_path):
+    with OnlineRetriever(tmp_path, KeywordScorer(), HashEmbedder(), CONFIG) as agent:
+        pool = [
+            {"id": "m1", "text": "Sam plays chess.", "metadata": {"v": 1}},
+            {"id": "m2", "text": "Sam likes tea.", "metadata": {"v": 1}},
+        ]
+        agent.rerank("Who plays chess?", pool)
+        old_row = agent._row_of["m1"]
+        pool[0] = {"id": "m1", "text": "Sam plays chess daily.", "metadata": {"v": 3}}
+        pool[1] = {"id": "m2", "text": "Sam likes tea.", "metadata": {"v": 2}}
+        answer = agent.rerank("Who plays chess?", pool)
+        assert dict(zip(answer.memory_ids, answer.metadata, strict=True)) == {
+            "m1": {"v": 3},
+            "m2": {"v": 2},
+        }
+        assert agent.get(["m1"])[0].text == "Sam plays chess daily."
+        # The new text is a new version, with no evidence before this query;
+        # the metadata-only change kept m2's row (and its evidence).
+        assert agent._row_of["m1"] != old_row
+        assert agent._row_of["m2"] == 1
+    with OnlineRetriever(tmp_path, KeywordScorer(), HashEmbedder(), None) as again:
+        assert [m.metadata for m in again.get(["m1", "m2"])] == [{"v": 3}, {"v": 2}]
