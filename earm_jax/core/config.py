@@ -243,7 +243,7 @@ def check_query(config: SolverConfig, query: Query, name: str = "query") -> None
         "similarity": ((config.pool_size,), jnp.floating),
         "valid": ((config.pool_size,), jnp.bool_),
     }
-    _check_fields(query, expected, name)
+    _check_fields(query, expected, name, Query)
 
 
 def check_observation(config: SolverConfig, observation: Observation) -> None:
@@ -252,17 +252,18 @@ def check_observation(config: SolverConfig, observation: Observation) -> None:
         "values": ((config.pool_size,), jnp.floating),
         "mask": ((config.pool_size,), jnp.bool_),
     }
-    _check_fields(observation, expected, "observation")
+    _check_fields(observation, expected, "observation", Observation)
 
 
 def _kind_name(kind) -> str:
     return "bool" if kind is jnp.bool_ else kind.__name__
 
 
-def _check_fields(value: Any, expected: dict, name: str) -> None:
+def _check_fields(value: Any, expected: dict, name: str, kind: type) -> None:
     if not isinstance(value, tuple) or not hasattr(value, "_fields"):
         raise ValueError(
-            f"{name} must be a {type(value).__name__} NamedTuple, got {value!r}"
+            f"{name} must be an earm_jax.{kind.__name__}, "
+            f"got {type(value).__name__}: {value!r}"
         )
     for field, (shape, kind) in expected.items():
         leaf = getattr(value, field)
