@@ -131,13 +131,15 @@ class EarmSettings:
         if budget_scale is not None or scale != 1.0:
             stages = stage_schedule(pool_size, self.block_size, self.stage_ratios)
             budget = scaled_schedule(stages, scale, pool_size)
-        return paper_policy(
+        policy = paper_policy(
             pool_size=pool_size,
             high_fraction=self.high_fraction,
             block_size=self.block_size,
             stage_ratios=self.stage_ratios,
             budget=budget,
         )
+        # The scaled schedule is built from pool_size too: record it as well.
+        return policy._replace(pool_size=pool_size)
 
     def adaptive_config(self, pool_size: int) -> AdaptiveConfig | None:
         """The ``best`` preset's adaptive policy for ``pool_size`` (``None``

@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from earm_jax.base import Observation, Policy, Query, StepInfo
 from earm_jax.types import Array, ArrayLike, PRNGKey
@@ -165,6 +167,15 @@ class OnlineSolver(NamedTuple):
     policy: Policy
 
 
+class InputTypeError(TypeError, ValueError):
+    """An argument of the wrong type (e.g. ``select``'s arguments swapped).
+
+    A ``TypeError`` by kind, and a ``ValueError`` too, so that one
+    ``except ValueError`` catches every bad input of the API (numpy's
+    ``AxisError`` is both a ``ValueError`` and an ``IndexError`` likewise).
+    """
+
+
 def validate_config(config: SolverConfig) -> None:
     """Raises ``ValueError`` naming the first bad field of ``config``."""
     if not isinstance(config.similarity_covariate, bool):
@@ -233,6 +244,104 @@ def validate_config(config: SolverConfig) -> None:
         )
 
 
+def check_policy(config: SolverConfig, policy: Policy) -> None:
+    """Raises ``ValueError`` when ``policy`` was built for another pool size."""
+    if not isinstance(policy, Policy):
+        raise InputTypeError(
+            f"policy must be an earm_jax.Policy, got {type(policy).__name__}"
+        )
+    if policy.pool_size is not None and policy.pool_size != config.pool_size:
+        raise ValueError(
+            f"Policy.pool_size={policy.pool_size} (its budget schedule is fractions "
+            f"of that pool) but SolverConfig.pool_size={config.pool_size}; build the "
+            f"policy with pool_size={config.pool_size}"
+        )
+
+
+def check_state(state: Any, function: str) -> None:
+    """Raises :class:`InputTypeError` unless ``state`` is a ``SolverState``.
+
+    Catches swapped arguments (``select(state, key, query)``) before tracing
+    fails somewhere inside with an ``AttributeError``.
+    """
+    if not isinstance(state, SolverState):
+        raise InputTypeError(
+            f"{function}: state must be an earm_jax.SolverState, got "
+            f"{type(state).__name__} (arguments in the wrong order? "
+            f"select(key, state, query), observe(state, query, observation))"
+        )
+
+
+def check_key(key: Any, function: str) -> None:
+    """Raises :class:`InputTypeError` unless ``key`` is a PRNG key array."""
+    is_typed_key = isinstance(key, jax.Array) and jnp.issubdtype(
+        key.dtype, jax.dtypes.prng_key
+    )
+    is_raw_key = (
+        isinstance(key, jax.Array | np.ndarray)
+        and key.dtype == np.uint32
+        and key.shape[-1:] == (2,)
+    )
+    if not (is_typed_key or is_raw_key):
+        raise InputTypeError(
+            f"{function}: key must be a PRNG key (jax.random.key), got "
+            f"{type(key).__name__} (arguments in the wrong order? "
+            f"select(key, state, query))"
+        )
+
+
+def _host_values(leaf: Any) -> np.ndarray | None:
+    """The leaf's values when the host knows them; ``None`` while tracing."""
+    if isinstance(leaf, jax.core.Tracer):
+        return None
+    return np.asarray(leaf)
+
+
+def check_query_values(config: SolverConfig, query: Query) -> None:
+    """Raises ``ValueError`` when a valid candidate is not a memory id.
+
+    A value check: it runs where the ids are known on the host (eager calls,
+    or by hand before a jitted ``select``/``observe``); under ``jit`` an id
+    outside ``[0, num_memories)`` is treated as unusable (never anchored,
+    ``-inf`` in the scores).
+    """
+    candidates, valid = _host_values(query.candidates), _host_values(query.valid)
+    if candidates is None or valid is None:
+        return
+    outside = valid & ((candidates < 0) | (candidates >= config.num_memories))
+    if outside.any():
+        position = int(np.flatnonzero(outside)[0])
+        raise ValueError(
+            f"query.candidates[{position}]={int(candidates[position])} is not a "
+            f"memory id in [0, num_memories={config.num_memories}); mark padding "
+            "with query.valid=False"
+        )
+
+
+def check_observation_values(observation: Observation) -> None:
+    """Raises ``ValueError`` when an observed score is NaN, infinite or outside
+    [0, 1].
+
+    Scores are refused rather than clipped: a score outside the scorer's range
+    is a bug upstream, and clipping would hide it. Only entries under
+    ``observation.mask`` are read (a failed pair is left out of the mask). Like
+    :func:`check_query_values`, a host check; under ``jit`` a non-finite
+    observed value is treated as unobserved and a finite one is used as given.
+    """
+    values, mask = _host_values(observation.values), _host_values(observation.mask)
+    if values is None or mask is None:
+        return
+    observed = values[mask]
+    bad = ~np.isfinite(observed) | (observed < 0.0) | (observed > 1.0)
+    if bad.any():
+        position = int(np.flatnonzero(mask)[np.flatnonzero(bad)[0]])
+        raise ValueError(
+            f"observation.values[{position}]={float(values[position])!r} where "
+            "observation.mask is True: an observed score must be finite and in "
+            "[0, 1] (leave a failed pair out of the mask)"
+        )
+
+
 def check_query(config: SolverConfig, query: Query, name: str = "query") -> None:
     """Raises ``ValueError`` naming the field when ``query`` has the wrong shape/dtype.
 
@@ -260,8 +369,13 @@ def _kind_name(kind) -> str:
 
 
 def _check_fields(value: Any, expected: dict, name: str, kind: type) -> None:
-    if not isinstance(value, tuple) or not hasattr(value, "_fields"):
-        raise ValueError(
+    fields = getattr(value, "_fields", None)
+    if (
+        not isinstance(value, tuple)
+        or fields is None
+        or not set(expected) <= set(fields)
+    ):
+        raise InputTypeError(
             f"{name} must be an earm_jax.{kind.__name__}, "
             f"got {type(value).__name__}: {value!r}"
         )
@@ -280,11 +394,17 @@ def _check_fields(value: Any, expected: dict, name: str, kind: type) -> None:
 
 
 __all__ = [
+    "InputTypeError",
     "OnlineSolver",
     "Parameters",
     "SolverConfig",
     "SolverState",
+    "check_key",
     "check_observation",
+    "check_observation_values",
+    "check_policy",
     "check_query",
+    "check_query_values",
+    "check_state",
     "validate_config",
 ]
