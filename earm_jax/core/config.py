@@ -27,12 +27,13 @@ class SolverConfig(NamedTuple):
       max_budget: ``K``, the most anchors one query may store (``<= pool_size``).
       rank: ``R``, latent dimension; 0 gives the bias-only model.
       l2: ridge penalty :math:`\\lambda` on biases and factors (paper: 0.1).
-      solver: ``"als"`` (alternating closed-form ridge solves), ``"gradient"``
-        (optax Adam steps on the same masked loss) or ``"incremental"`` (the
-        same block solves over a bounded block per query, from per-memory
-        sufficient statistics: constant cost per query, see
-        :mod:`earm_jax.core.solvers.incremental`); any name registered in
-        :data:`earm_jax.core.solvers.SOLVERS`.
+      solver: ``"incremental"`` (default: block ridge solves over a bounded
+        block per query, from per-memory sufficient statistics: constant cost
+        per query, the quality of ``"als"`` on the simulated and LoCoMo
+        benchmarks; see :mod:`earm_jax.core.solvers.incremental`), ``"als"``
+        (alternating closed-form ridge solves over the whole history) or
+        ``"gradient"`` (optax Adam steps on the same masked loss); any name
+        registered in :data:`earm_jax.core.solvers.SOLVERS`.
       num_sweeps: ALS sweeps per query (warm-started), an upper bound when
         ``tolerance > 0``.
       tolerance: stop the ALS sweeps early once the relative decrease of the
@@ -77,8 +78,8 @@ class SolverConfig(NamedTuple):
     max_budget: int
     rank: int = 8
     l2: float = 0.1
-    solver: str = "als"
-    num_sweeps: int = 5
+    solver: str = "incremental"
+    num_sweeps: int = 3
     tolerance: float = 0.0
     num_steps: int = 20
     learning_rate: float = 0.05
