@@ -14,6 +14,7 @@ from earm_jax.base import Policy as Policy
 from earm_jax.base import Query as Query
 from earm_jax.base import StepInfo as StepInfo
 from earm_jax.base import Stream as Stream
+from earm_jax.core.config import InputTypeError as InputTypeError
 from earm_jax.core.config import OnlineSolver as OnlineSolver
 from earm_jax.core.config import Parameters as Parameters
 from earm_jax.core.config import SolverConfig as SolverConfig
@@ -34,6 +35,7 @@ __all__ = [
     "NOT_INSERTED",
     "SOLVERS",
     "EarmSettings",
+    "InputTypeError",
     "Observation",
     "OnlineSolver",
     "Parameters",

@@ -112,10 +112,14 @@ class Policy(NamedTuple):
     Attributes:
       budget: ``count -> int32[]`` the budget schedule.
       anchors: ``(key, query, budget, usable) -> bool[N]`` the anchor sampler.
+      pool_size: the pool size ``N`` the schedule was built for (its budgets are
+        fractions of it), so a solver of another pool size refuses it; ``None``
+        when the policy does not depend on it.
     """
 
     budget: BudgetFn
     anchors: AnchorFn
+    pool_size: int | None = None
 
 
 __all__ = [

@@ -27,16 +27,25 @@ from earm_jax.policies.adaptive import AdaptiveConfig
 from earm_jax.policies.budget import PAPER_STAGE_RATIOS
 from earm_jax.types import ArrayLike
 
+_SOLVER_DEFAULTS = SolverConfig._field_defaults
+"""The solver's defaults come from :class:`SolverConfig` alone, so the
+settings, the CLI (which takes its defaults from here) and a hand-built
+config agree."""
+
 
 @dataclasses.dataclass(frozen=True)
 class EarmSettings:
     """Which EARM: the model, its solver, and the paper's budget/anchor policy.
 
+    The solver fields default to :class:`SolverConfig`'s.
+
     Attributes:
       rank: ``R``, latent dimension (0: the bias-only model).
       l2: ridge penalty :math:`\\lambda` (paper: 0.1).
       solver: a name registered in :data:`earm_jax.core.solvers.SOLVERS`.
-      num_sweeps: ALS sweeps per query (``"als"`` only).
+      num_sweeps: ALS sweeps per query (``"als"`` only; on 8 default simulated
+        streams 1, 3 and 10 warm-started sweeps gave Mixed Recall@10 0.655,
+        0.658 and 0.657 at 1x, 2x and 9x the run time).
       refresh_rows: earlier rows re-solved per query (``"incremental"`` only).
       high_fraction: the high-similarity stratum as a fraction of the pool.
       block_size: queries per stage of the paper's schedule.
@@ -48,11 +57,11 @@ class EarmSettings:
       call_budget: ``best``'s hard cap on calls as a fraction of Full's.
     """
 
-    rank: int = 8
-    l2: float = 0.1
-    solver: str = "als"
-    num_sweeps: int = 3
-    refresh_rows: int = 8
+    rank: int = _SOLVER_DEFAULTS["rank"]
+    l2: float = _SOLVER_DEFAULTS["l2"]
+    solver: str = _SOLVER_DEFAULTS["solver"]
+    num_sweeps: int = _SOLVER_DEFAULTS["num_sweeps"]
+    refresh_rows: int = _SOLVER_DEFAULTS["refresh_rows"]
     high_fraction: float = 0.1
     block_size: int = 10
     stage_ratios: tuple[float, ...] = PAPER_STAGE_RATIOS
@@ -131,13 +140,15 @@ class EarmSettings:
         if budget_scale is not None or scale != 1.0:
             stages = stage_schedule(pool_size, self.block_size, self.stage_ratios)
             budget = scaled_schedule(stages, scale, pool_size)
-        return paper_policy(
+        policy = paper_policy(
             pool_size=pool_size,
             high_fraction=self.high_fraction,
             block_size=self.block_size,
             stage_ratios=self.stage_ratios,
             budget=budget,
         )
+        # The scaled schedule is built from pool_size too: record it as well.
+        return policy._replace(pool_size=pool_size)
 
     def adaptive_config(self, pool_size: int) -> AdaptiveConfig | None:
         """The ``best`` preset's adaptive policy for ``pool_size`` (``None``

@@ -15,8 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def locomo_dir() -> Path:
-    """``$EARM_LOCOMO_DIR``, else ``../shared/data/locomo`` next to the repository."""
-    configured = os.environ.get("EARM_LOCOMO_DIR")
+    """``$EARM_LOCOMO_DATA`` (the variable ``earm locomo`` reads), else
+    ``../shared/data/locomo`` next to the repository."""
+    configured = os.environ.get("EARM_LOCOMO_DATA")
     if configured:
         return Path(configured)
     return REPO.parent / "shared" / "data" / "locomo"
@@ -28,7 +29,10 @@ def locomo_path() -> Path:
     ``EARM_ALLOW_MISSING_DATA=1`` asks for a skip."""
     folder = locomo_dir()
     if not folder.is_dir():
-        message = f"LoCoMo data not found at {folder} (set EARM_LOCOMO_DIR)"
+        message = (
+            f"LoCoMo data not found at {folder} (set EARM_LOCOMO_DATA to a folder "
+            "of per-conversation files: the tests read 26.json, 30.json)"
+        )
         if os.environ.get("EARM_ALLOW_MISSING_DATA") == "1":
             pytest.skip(message)
         pytest.fail(message)

@@ -68,6 +68,11 @@ def config_for(stream: ej.Stream, **overrides) -> ej.SolverConfig:
         pool_size=pool_size,
         max_budget=pool_size,
         rank=2,
+        # The setting these tests were written against (full refits, 5 sweeps),
+        # kept explicit so that a change of the library's default solver does
+        # not change what they check.
+        solver="als",
+        num_sweeps=5,
     )
     settings.update(overrides)
     return ej.SolverConfig(**settings)

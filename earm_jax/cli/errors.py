@@ -1,7 +1,8 @@
 """One-line errors: what went wrong and what to do, never a traceback.
 
 A command raises :class:`UserError` (or lets a ``ValueError`` from settings
-validation become one through :func:`user_errors`); :func:`earm_jax.cli.main.run`
+validation become one through :func:`user_errors`, which names the flag where the
+settings named their field); :func:`earm_jax.cli.main.run`
 prints it as a single ``error: ...`` line on stderr and exits with status 2.
 Click's own usage errors (unknown option, bad integer) get the same treatment.
 """
@@ -9,7 +10,8 @@ Click's own usage errors (unknown option, bad integer) get the same treatment.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Mapping
 
 
 class UserError(Exception):
@@ -24,6 +26,32 @@ class UserError(Exception):
         return f"error: {self.problem}" + (f" — {self.fix}" if self.fix else "")
 
 
+FLAG_OF_FIELD: Mapping[str, str] = {
+    "num_resamples": "--resamples",
+    "ks": "--top-k",
+    "scorer_noise": "--noise",
+}
+"""Settings fields whose command-line flag is not ``--`` + the field's name
+with dashes."""
+
+_SETTINGS_FIELD = re.compile(r"\b[A-Z]\w*Settings\.([a-z][a-z0-9_]*)\b")
+
+
+def flag_names(message: str) -> str:
+    """Names the flag where a settings error names the field: the user typed
+    ``--pool-size``, not ``SimulationSettings.pool_size``.
+
+    >>> flag_names("SimulationSettings.num_resamples must be >= 1, got 0")
+    '--resamples must be >= 1, got 0'
+    """
+
+    def flag(match: re.Match[str]) -> str:
+        field = match.group(1)
+        return FLAG_OF_FIELD.get(field, "--" + field.replace("_", "-"))
+
+    return _SETTINGS_FIELD.sub(flag, message)
+
+
 @contextlib.contextmanager
 def user_errors(fix: str, *kinds: type[BaseException]) -> Iterator[None]:
     """Turns ``kinds`` (default ``ValueError``) raised inside into a
@@ -34,7 +62,7 @@ def user_errors(fix: str, *kinds: type[BaseException]) -> Iterator[None]:
     except UserError:
         raise
     except caught as error:
-        raise UserError(str(error) or type(error).__name__, fix) from error
+        raise UserError(flag_names(str(error)) or type(error).__name__, fix) from error
 
 
-__all__ = ["UserError", "user_errors"]
+__all__ = ["FLAG_OF_FIELD", "UserError", "flag_names", "user_errors"]

@@ -10,7 +10,14 @@ import typer
 
 from earm_jax.cli import output
 from earm_jax.cli.errors import UserError, user_errors
-from earm_jax.cli.options import CallBudget, Preset, Resamples
+from earm_jax.cli.options import (
+    DEFAULTS,
+    CallBudget,
+    NumSweeps,
+    Preset,
+    Resamples,
+    Solver,
+)
 from earm_jax.jobs.metadata import write_json
 
 DATA_ENV = "EARM_LOCOMO_DATA"
@@ -118,8 +125,8 @@ def locomo(
     seeds: Annotated[
         str, typer.Option(help="Seeds of anchors and scorer noise.")
     ] = "0",
-    solver: Annotated[str, typer.Option(help="als | gradient | incremental.")] = "als",
-    num_sweeps: Annotated[int, typer.Option(help="ALS sweeps per query.")] = 3,
+    solver: Solver = DEFAULTS.solver,
+    num_sweeps: NumSweeps = DEFAULTS.num_sweeps,
     high_fraction: Annotated[float, typer.Option(help="Anchor stratum size.")] = 0.1,
     pool_size: Annotated[int, typer.Option(help="Candidates per query (N).")] = 200,
     model: Annotated[

@@ -8,9 +8,11 @@ stderr and exits with status 2; a bug still shows its traceback.
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 
+from earm_jax import __version__
 from earm_jax.cli import (
     locomo,
     notebook,
@@ -33,7 +35,31 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"earm {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """earm_jax: experience-amortized LLM reranking for agent memory."""
+
+
 simulate.register(app)
 locomo.register(app)
 serve_scorer.register(app)

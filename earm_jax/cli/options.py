@@ -6,6 +6,13 @@ from typing import Annotated
 
 import typer
 
+from earm_jax.core.solvers import SOLVERS
+from earm_jax.settings import EarmSettings
+
+DEFAULTS = EarmSettings()
+"""Every command's solver and policy defaults: :class:`EarmSettings`' (whose
+solver fields are :class:`~earm_jax.core.config.SolverConfig`'s)."""
+
 Resamples = Annotated[int, typer.Option(help="Bootstrap resamples.")]
 Preset = Annotated[
     str,
@@ -19,4 +26,20 @@ CallBudget = Annotated[
     typer.Option(help="best: hard cap on calls as a fraction of Full's calls."),
 ]
 
-__all__ = ["CallBudget", "Preset", "Resamples"]
+Solver = Annotated[str, typer.Option(help=" | ".join(SOLVERS) + ".")]
+NumSweeps = Annotated[
+    int, typer.Option(help="ALS sweeps per query (--solver als only).")
+]
+HighFraction = Annotated[
+    float, typer.Option(help="High-similarity stratum of the anchor sampler.")
+]
+
+__all__ = [
+    "DEFAULTS",
+    "CallBudget",
+    "HighFraction",
+    "NumSweeps",
+    "Preset",
+    "Resamples",
+    "Solver",
+]

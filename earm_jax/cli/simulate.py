@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -10,13 +11,27 @@ import typer
 
 from earm_jax.cli import output
 from earm_jax.cli.errors import UserError, user_errors
-from earm_jax.cli.options import CallBudget, Preset, Resamples
+from earm_jax.cli.options import (
+    DEFAULTS,
+    CallBudget,
+    HighFraction,
+    NumSweeps,
+    Preset,
+    Resamples,
+    Solver,
+)
+from earm_jax.eval.simulate import SimKnobs
 from earm_jax.jobs.metadata import provenance, write_json
+from earm_jax.jobs.simulation import SimulationSettings
 
 PROFILE_NOTE = (
     "Scorer: answers drawn from a trained scorer's measured profile (by relevance "
     "and similarity rank, with its memory and query correlation), not an LLM"
 )
+_SIMULATION = SimulationSettings()
+"""The defaults of every option, from the settings the job records."""
+_KNOBS = SimKnobs._field_defaults
+
 EVIDENCE_NOTE = (
     "Scorer: simulated (truth + noise + miscalibration), not an LLM. "
     "Streams: synthetic (earm_jax.eval.simulate)."
@@ -24,47 +39,61 @@ EVIDENCE_NOTE = (
 
 
 def simulate(
-    streams: Annotated[int, typer.Option(help="Streams run in parallel (vmap).")] = 16,
-    queries: Annotated[int, typer.Option(help="Queries per stream.")] = 100,
-    memories: Annotated[int, typer.Option(help="Memories per stream.")] = 2000,
-    pool_size: Annotated[int, typer.Option(help="Candidates per query (N).")] = 200,
+    streams: Annotated[
+        int, typer.Option(help="Streams run in parallel (vmap).")
+    ] = _SIMULATION.streams,
+    queries: Annotated[
+        int, typer.Option(help="Queries per stream.")
+    ] = _SIMULATION.queries,
+    memories: Annotated[
+        int, typer.Option(help="Memories per stream.")
+    ] = _SIMULATION.memories,
+    pool_size: Annotated[
+        int, typer.Option(help="Candidates per query (N).")
+    ] = _SIMULATION.pool_size,
     rank: Annotated[
         int, typer.Option(help="Rank r of the completion (0 = bias only).")
-    ] = 8,
-    l2: Annotated[float, typer.Option(help="Ridge penalty lambda.")] = 0.1,
-    solver: Annotated[str, typer.Option(help="als | gradient | incremental.")] = "als",
-    num_sweeps: Annotated[int, typer.Option(help="ALS sweeps per query.")] = 1,
+    ] = DEFAULTS.rank,
+    l2: Annotated[float, typer.Option(help="Ridge penalty lambda.")] = DEFAULTS.l2,
+    solver: Solver = DEFAULTS.solver,
+    num_sweeps: NumSweeps = DEFAULTS.num_sweeps,
     budget_scale: Annotated[
         float, typer.Option(help="Multiply the paper's stage budgets by this.")
-    ] = 1.0,
-    high_fraction: Annotated[
-        float, typer.Option(help="High-similarity stratum of the anchor sampler.")
-    ] = 0.1,
-    scorer_noise: Annotated[float, typer.Option(help="Scorer noise (std).")] = 0.1,
+    ] = DEFAULTS.budget_scale,
+    high_fraction: HighFraction = DEFAULTS.high_fraction,
+    noise: Annotated[
+        float, typer.Option(help="Scorer noise (std of the simulated answers).")
+    ] = _KNOBS["scorer_noise"],
+    scorer_noise: Annotated[
+        float | None,
+        typer.Option(hidden=True, help="Deprecated name of --noise."),
+    ] = None,
     recurrence: Annotated[
         float, typer.Option(help="Probability a query repeats an earlier need.")
-    ] = 0.5,
+    ] = _KNOBS["recurrence"],
     semantic_gap: Annotated[
         float, typer.Option(help="Probability a relevant memory looks distant.")
-    ] = 0.3,
+    ] = _KNOBS["semantic_gap"],
     wrong_rate: Annotated[
         float, typer.Option(help="Rate of confidently wrong scorer answers.")
-    ] = 0.02,
-    seed: Annotated[int, typer.Option(help="Seed of streams and anchors.")] = 0,
-    resamples: Resamples = 1000,
-    preset: Preset = "paper",
-    call_budget: CallBudget = 0.25,
+    ] = _KNOBS["wrong_rate"],
+    seed: Annotated[
+        int, typer.Option(help="Seed of streams and anchors.")
+    ] = _SIMULATION.seed,
+    resamples: Resamples = _SIMULATION.num_resamples,
+    preset: Preset = DEFAULTS.preset,
+    call_budget: CallBudget = DEFAULTS.call_budget,
     expand: Annotated[
         int,
         typer.Option(
             help="Search expansion: E slots per query for memories outside the "
             "pool with history; adds the policy mixed_expand (0: off)."
         ),
-    ] = 0,
+    ] = _SIMULATION.expand,
     expand_min_score: Annotated[
         float,
         typer.Option(help="--expand: the completion an outside memory needs."),
-    ] = 0.0,
+    ] = _SIMULATION.expand_min_score,
     side_information: Annotated[
         int,
         typer.Option(
@@ -88,7 +117,7 @@ def simulate(
         typer.Option(
             help="Draw the scorer's answers from a measured profile (the "
             "profile-*.json `earm train-scorer` writes) instead of truth + noise; "
-            "--scorer-noise and --wrong-rate then have no effect."
+            "--noise and --wrong-rate then have no effect."
         ),
     ] = None,
     quiet: Annotated[bool, typer.Option(help="No progress lines (stderr).")] = False,
@@ -102,6 +131,10 @@ def simulate(
     )
 
     console = output.console()
+    if scorer_noise is not None:
+        # The old name, kept working for scripts written before --noise.
+        print("note: --scorer-noise is deprecated; use --noise", file=sys.stderr)
+        noise = scorer_noise
     if from_json is not None:
         settings = _settings_from_json(from_json)
     else:
@@ -125,7 +158,7 @@ def simulate(
                 seed=seed,
                 num_resamples=resamples,
                 knobs=dict(
-                    scorer_noise=scorer_noise,
+                    scorer_noise=noise,
                     recurrence=recurrence,
                     semantic_gap=semantic_gap,
                     wrong_rate=wrong_rate,

@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from earm_jax.base import Observation, Policy, Query, StepInfo
 from earm_jax.types import Array, ArrayLike, PRNGKey
@@ -25,12 +27,13 @@ class SolverConfig(NamedTuple):
       max_budget: ``K``, the most anchors one query may store (``<= pool_size``).
       rank: ``R``, latent dimension; 0 gives the bias-only model.
       l2: ridge penalty :math:`\\lambda` on biases and factors (paper: 0.1).
-      solver: ``"als"`` (alternating closed-form ridge solves), ``"gradient"``
-        (optax Adam steps on the same masked loss) or ``"incremental"`` (the
-        same block solves over a bounded block per query, from per-memory
-        sufficient statistics: constant cost per query, see
-        :mod:`earm_jax.core.solvers.incremental`); any name registered in
-        :data:`earm_jax.core.solvers.SOLVERS`.
+      solver: ``"incremental"`` (default: block ridge solves over a bounded
+        block per query, from per-memory sufficient statistics: constant cost
+        per query, the quality of ``"als"`` on the simulated and LoCoMo
+        benchmarks; see :mod:`earm_jax.core.solvers.incremental`), ``"als"``
+        (alternating closed-form ridge solves over the whole history) or
+        ``"gradient"`` (optax Adam steps on the same masked loss); any name
+        registered in :data:`earm_jax.core.solvers.SOLVERS`.
       num_sweeps: ALS sweeps per query (warm-started), an upper bound when
         ``tolerance > 0``.
       tolerance: stop the ALS sweeps early once the relative decrease of the
@@ -75,8 +78,8 @@ class SolverConfig(NamedTuple):
     max_budget: int
     rank: int = 8
     l2: float = 0.1
-    solver: str = "als"
-    num_sweeps: int = 5
+    solver: str = "incremental"
+    num_sweeps: int = 3
     tolerance: float = 0.0
     num_steps: int = 20
     learning_rate: float = 0.05
@@ -165,6 +168,15 @@ class OnlineSolver(NamedTuple):
     policy: Policy
 
 
+class InputTypeError(TypeError, ValueError):
+    """An argument of the wrong type (e.g. ``select``'s arguments swapped).
+
+    A ``TypeError`` by kind, and a ``ValueError`` too, so that one
+    ``except ValueError`` catches every bad input of the API (numpy's
+    ``AxisError`` is both a ``ValueError`` and an ``IndexError`` likewise).
+    """
+
+
 def validate_config(config: SolverConfig) -> None:
     """Raises ``ValueError`` naming the first bad field of ``config``."""
     if not isinstance(config.similarity_covariate, bool):
@@ -233,6 +245,104 @@ def validate_config(config: SolverConfig) -> None:
         )
 
 
+def check_policy(config: SolverConfig, policy: Policy) -> None:
+    """Raises ``ValueError`` when ``policy`` was built for another pool size."""
+    if not isinstance(policy, Policy):
+        raise InputTypeError(
+            f"policy must be an earm_jax.Policy, got {type(policy).__name__}"
+        )
+    if policy.pool_size is not None and policy.pool_size != config.pool_size:
+        raise ValueError(
+            f"Policy.pool_size={policy.pool_size} (its budget schedule is fractions "
+            f"of that pool) but SolverConfig.pool_size={config.pool_size}; build the "
+            f"policy with pool_size={config.pool_size}"
+        )
+
+
+def check_state(state: Any, function: str) -> None:
+    """Raises :class:`InputTypeError` unless ``state`` is a ``SolverState``.
+
+    Catches swapped arguments (``select(state, key, query)``) before tracing
+    fails somewhere inside with an ``AttributeError``.
+    """
+    if not isinstance(state, SolverState):
+        raise InputTypeError(
+            f"{function}: state must be an earm_jax.SolverState, got "
+            f"{type(state).__name__} (arguments in the wrong order? "
+            f"select(key, state, query), observe(state, query, observation))"
+        )
+
+
+def check_key(key: Any, function: str) -> None:
+    """Raises :class:`InputTypeError` unless ``key`` is a PRNG key array."""
+    is_typed_key = isinstance(key, jax.Array) and jnp.issubdtype(
+        key.dtype, jax.dtypes.prng_key
+    )
+    is_raw_key = (
+        isinstance(key, jax.Array | np.ndarray)
+        and key.dtype == np.uint32
+        and key.shape[-1:] == (2,)
+    )
+    if not (is_typed_key or is_raw_key):
+        raise InputTypeError(
+            f"{function}: key must be a PRNG key (jax.random.key), got "
+            f"{type(key).__name__} (arguments in the wrong order? "
+            f"select(key, state, query))"
+        )
+
+
+def _host_values(leaf: Any) -> np.ndarray | None:
+    """The leaf's values when the host knows them; ``None`` while tracing."""
+    if isinstance(leaf, jax.core.Tracer):
+        return None
+    return np.asarray(leaf)
+
+
+def check_query_values(config: SolverConfig, query: Query) -> None:
+    """Raises ``ValueError`` when a valid candidate is not a memory id.
+
+    A value check: it runs where the ids are known on the host (eager calls,
+    or by hand before a jitted ``select``/``observe``); under ``jit`` an id
+    outside ``[0, num_memories)`` is treated as unusable (never anchored,
+    ``-inf`` in the scores).
+    """
+    candidates, valid = _host_values(query.candidates), _host_values(query.valid)
+    if candidates is None or valid is None:
+        return
+    outside = valid & ((candidates < 0) | (candidates >= config.num_memories))
+    if outside.any():
+        position = int(np.flatnonzero(outside)[0])
+        raise ValueError(
+            f"query.candidates[{position}]={int(candidates[position])} is not a "
+            f"memory id in [0, num_memories={config.num_memories}); mark padding "
+            "with query.valid=False"
+        )
+
+
+def check_observation_values(observation: Observation) -> None:
+    """Raises ``ValueError`` when an observed score is NaN, infinite or outside
+    [0, 1].
+
+    Scores are refused rather than clipped: a score outside the scorer's range
+    is a bug upstream, and clipping would hide it. Only entries under
+    ``observation.mask`` are read (a failed pair is left out of the mask). Like
+    :func:`check_query_values`, a host check; under ``jit`` a non-finite
+    observed value is treated as unobserved and a finite one is used as given.
+    """
+    values, mask = _host_values(observation.values), _host_values(observation.mask)
+    if values is None or mask is None:
+        return
+    observed = values[mask]
+    bad = ~np.isfinite(observed) | (observed < 0.0) | (observed > 1.0)
+    if bad.any():
+        position = int(np.flatnonzero(mask)[np.flatnonzero(bad)[0]])
+        raise ValueError(
+            f"observation.values[{position}]={float(values[position])!r} where "
+            "observation.mask is True: an observed score must be finite and in "
+            "[0, 1] (leave a failed pair out of the mask)"
+        )
+
+
 def check_query(config: SolverConfig, query: Query, name: str = "query") -> None:
     """Raises ``ValueError`` naming the field when ``query`` has the wrong shape/dtype.
 
@@ -243,7 +353,7 @@ def check_query(config: SolverConfig, query: Query, name: str = "query") -> None
         "similarity": ((config.pool_size,), jnp.floating),
         "valid": ((config.pool_size,), jnp.bool_),
     }
-    _check_fields(query, expected, name)
+    _check_fields(query, expected, name, Query)
 
 
 def check_observation(config: SolverConfig, observation: Observation) -> None:
@@ -252,17 +362,23 @@ def check_observation(config: SolverConfig, observation: Observation) -> None:
         "values": ((config.pool_size,), jnp.floating),
         "mask": ((config.pool_size,), jnp.bool_),
     }
-    _check_fields(observation, expected, "observation")
+    _check_fields(observation, expected, "observation", Observation)
 
 
 def _kind_name(kind) -> str:
     return "bool" if kind is jnp.bool_ else kind.__name__
 
 
-def _check_fields(value: Any, expected: dict, name: str) -> None:
-    if not isinstance(value, tuple) or not hasattr(value, "_fields"):
-        raise ValueError(
-            f"{name} must be a {type(value).__name__} NamedTuple, got {value!r}"
+def _check_fields(value: Any, expected: dict, name: str, kind: type) -> None:
+    fields = getattr(value, "_fields", None)
+    if (
+        not isinstance(value, tuple)
+        or fields is None
+        or not set(expected) <= set(fields)
+    ):
+        raise InputTypeError(
+            f"{name} must be an earm_jax.{kind.__name__}, "
+            f"got {type(value).__name__}: {value!r}"
         )
     for field, (shape, kind) in expected.items():
         leaf = getattr(value, field)
@@ -279,11 +395,17 @@ def _check_fields(value: Any, expected: dict, name: str) -> None:
 
 
 __all__ = [
+    "InputTypeError",
     "OnlineSolver",
     "Parameters",
     "SolverConfig",
     "SolverState",
+    "check_key",
     "check_observation",
+    "check_observation_values",
+    "check_policy",
     "check_query",
+    "check_query_values",
+    "check_state",
     "validate_config",
 ]

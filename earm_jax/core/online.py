@@ -45,8 +45,13 @@ from earm_jax.core.config import (
     Parameters,
     SolverConfig,
     SolverState,
+    check_key,
     check_observation,
+    check_observation_values,
+    check_policy,
     check_query,
+    check_query_values,
+    check_state,
     validate_config,
 )
 from earm_jax.core.model import (
@@ -103,10 +108,7 @@ def online_solver(config: SolverConfig, policy: Policy) -> OnlineSolver:
     """
     validate_config(config)
     algorithm = get_solver(config.solver)
-    if not isinstance(policy, Policy):
-        raise ValueError(
-            f"policy must be an earm_jax.Policy, got {type(policy).__name__}"
-        )
+    check_policy(config, policy)
     num_memories, capacity = config.num_memories, config.capacity
     max_budget, rank = config.max_budget, config.rank
     # The log layout keeps no rows: width 0 (entry_log holds the history).
@@ -155,7 +157,10 @@ def online_solver(config: SolverConfig, policy: Policy) -> OnlineSolver:
         return jnp.clip(budget, 0, max_budget)
 
     def select(key: PRNGKey, state: SolverState, query: Query) -> Array:
+        check_key(key, "select")
+        check_state(state, "select")
         check_query(config, query)
+        check_query_values(config, query)
         usable = usable_candidates(state, query)
         anchors = policy.anchors(key, query, budget_of(state), usable)
         # The policy's promise, enforced: never an unusable candidate.
@@ -167,8 +172,11 @@ def online_solver(config: SolverConfig, policy: Policy) -> OnlineSolver:
     def observe(
         state: SolverState, query: Query, observation: Observation
     ) -> tuple[SolverState, StepInfo]:
+        check_state(state, "observe")
         check_query(config, query)
         check_observation(config, observation)
+        check_query_values(config, query)
+        check_observation_values(observation)
         usable = usable_candidates(state, query)
         values = jnp.asarray(observation.values, jnp.float32)
         offered = jnp.asarray(observation.mask, bool)

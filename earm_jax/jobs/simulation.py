@@ -46,9 +46,6 @@ class SimulationSettings(EarmSettings):
     with planted relevance structure and adds ``mixed_side`` and ``best_side``.
     """
 
-    # Measured (8 default streams): 1, 3 and 10 warm-started sweeps per query give
-    # Mixed Recall@10 0.655 / 0.658 / 0.657 at 1x / 2x / 9x the run time.
-    num_sweeps: int = 1
     streams: int = 16
     queries: int = 100
     memories: int = 2000
@@ -64,22 +61,28 @@ class SimulationSettings(EarmSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        prefix = type(self).__name__
         if self.scorer_profile is not None:
             profile_from_json(self.scorer_profile)  # raises naming the field
         if not isinstance(self.expand, int) or self.expand < 0:
-            raise ValueError(f"expand must be an int >= 0, got {self.expand!r}")
+            raise ValueError(
+                f"{prefix}.expand must be an int >= 0, got {self.expand!r}"
+            )
         if not isinstance(self.side_information, int) or self.side_information < 0:
             raise ValueError(
-                "side_information must be an embedding width >= 0, got "
+                f"{prefix}.side_information must be an embedding width >= 0, got "
                 f"{self.side_information!r}"
             )
         for name in ("streams", "queries", "memories", "pool_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+                raise ValueError(
+                    f"{prefix}.{name} must be a positive int, got {value!r}"
+                )
         if self.pool_size > self.memories:
             raise ValueError(
-                f"pool_size={self.pool_size} exceeds memories={self.memories}"
+                f"{prefix}.pool_size={self.pool_size} exceeds "
+                f"{prefix}.memories={self.memories}"
             )
         unknown = set(self.knobs) - set(SimKnobs._fields)
         if unknown:
@@ -87,7 +90,7 @@ class SimulationSettings(EarmSettings):
                 f"unknown knob(s) {sorted(unknown)}; known: {list(SimKnobs._fields)}"
             )
         if not self.ks or any(k < 1 for k in self.ks):
-            raise ValueError(f"ks must be positive ints, got {self.ks!r}")
+            raise ValueError(f"{prefix}.ks must be positive ints, got {self.ks!r}")
 
     @classmethod
     def from_json(cls, config: dict[str, Any]) -> SimulationSettings:

@@ -23,14 +23,19 @@ def paper_policy(
       high_fraction: size of the high-similarity stratum (default 0.1, DESIGN §2.3).
       block_size, stage_ratios: the stage schedule (paper: 10 queries per stage,
         200/80/50/40/35 of 200).
-      budget: any other schedule instead of the stage schedule.
+      budget: any other schedule instead of the stage schedule (then the
+        policy does not record ``pool_size``: the schedule is the caller's).
     """
     schedule = (
         budget
         if budget is not None
         else stage_schedule(pool_size, block_size, stage_ratios)
     )
-    return Policy(budget=schedule, anchors=stratified_anchors(high_fraction))
+    return Policy(
+        budget=schedule,
+        anchors=stratified_anchors(high_fraction),
+        pool_size=pool_size if budget is None else None,
+    )
 
 
 def top_similarity_policy(
@@ -45,12 +50,20 @@ def top_similarity_policy(
         if budget is not None
         else stage_schedule(pool_size, block_size, stage_ratios)
     )
-    return Policy(budget=schedule, anchors=top_similarity_anchors())
+    return Policy(
+        budget=schedule,
+        anchors=top_similarity_anchors(),
+        pool_size=pool_size if budget is None else None,
+    )
 
 
 def full_policy(pool_size: int = 200) -> Policy:
     """Scores every candidate (``N`` calls per query)."""
-    return Policy(budget=constant_budget(pool_size), anchors=top_similarity_anchors())
+    return Policy(
+        budget=constant_budget(pool_size),
+        anchors=top_similarity_anchors(),
+        pool_size=pool_size,
+    )
 
 
 def semantic_policy() -> Policy:

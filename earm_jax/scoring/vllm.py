@@ -318,6 +318,14 @@ class VllmScorer:
     async def _check_server(self) -> None:
         config = self.config
         response = await self._setup_request("GET", "/v1/models")
+        # Status before body: a 401 has no model list, and reading it as one
+        # would blame the server instead of the key.
+        if response.status_code in (401, 403):
+            raise ScorerConfigError(
+                f"{config.root_url} refused the request as unauthorised "
+                f"(HTTP {response.status_code}): check the API key in one of "
+                f"{', '.join(config.api_key_env)}"
+            )
         try:
             served = [entry["id"] for entry in response.json()["data"]]
         except (ValueError, KeyError, TypeError) as error:
@@ -325,11 +333,6 @@ class VllmScorer:
                 f"{config.root_url} is not an OpenAI-compatible server: GET /v1/models "
                 f"returned HTTP {response.status_code} without a model list"
             ) from error
-        if response.status_code == 401:
-            raise ScorerConfigError(
-                f"{config.root_url} refused the API key (HTTP 401); set one of "
-                f"{', '.join(config.api_key_env)}"
-            )
         if config.model not in served:
             raise ScorerConfigError(
                 f"model {config.model!r} is not served at {config.root_url}; "

@@ -60,4 +60,4 @@ def test_simulate_side_information_must_be_a_width():
     app.command("noop")(lambda: None)
     result = CliRunner().invoke(app, ["simulate", "--side-information", "-3"])
     assert isinstance(result.exception, UserError)
-    assert "side_information must be an embedding width" in str(result.exception)
+    assert "side-information must be an embedding width" in str(result.exception)

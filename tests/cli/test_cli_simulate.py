@@ -104,4 +104,4 @@ def test_simulate_writes_the_documented_json_and_a_plot(tmp_path):
 def test_bad_option_is_a_clear_error():
     result = CliRunner().invoke(_app(), ["simulate", "--pool-size", "3000"])
     assert result.exit_code != 0
-    assert "pool_size=3000 exceeds memories=2000" in str(result.exception)
+    assert "--pool-size=3000 exceeds --memories=2000" in str(result.exception)

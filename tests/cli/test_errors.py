@@ -100,7 +100,7 @@ def test_locomo_unknown_conversation_lists_the_known_ones(capsys, tmp_path):
 
 def test_simulate_bad_setting(capsys):
     line = _error(capsys, ["simulate", "--pool-size", "3000"])
-    assert "pool_size=3000 exceeds memories=2000" in line
+    assert "--pool-size=3000 exceeds --memories=2000" in line
 
 
 def test_simulate_from_missing_json(capsys, tmp_path):

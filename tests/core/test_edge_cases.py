@@ -211,6 +211,20 @@ def test_wrong_observation_and_stream_raise_naming_the_field():
         solver.init(jax.random.key(0), jnp.zeros(3, jnp.int32))
 
 
+def test_a_query_of_the_wrong_type_names_the_type_it_must_be():
+    stream, _ = planted_stream(9, num_queries=3)
+    solver = ej.online_solver(config_for(stream), ej.paper_policy(pool_size=20))
+    state = solver.init(jax.random.key(0))
+    query = jax.tree.map(lambda leaf: leaf[0], stream.queries)
+    as_dict = query._asdict()
+    with pytest.raises(ValueError, match=r"query must be an earm_jax\.Query, got dict"):
+        solver.select(jax.random.key(0), state, as_dict)
+    with pytest.raises(
+        ValueError, match=r"observation must be an earm_jax\.Observation, got tuple"
+    ):
+        solver.observe(state, query, (jnp.zeros(20), jnp.zeros(20, bool)))
+
+
 @pytest.mark.parametrize(
     "overrides,match",
     [

@@ -46,9 +46,14 @@ class StubServer:
     ``behaviour``. Counts POSTs per path and prompts received."""
 
     def __init__(
-        self, behaviour: Behaviour, model: str = "stub-model", has_tokenize: bool = True
+        self,
+        behaviour: Behaviour,
+        model: str = "stub-model",
+        has_tokenize: bool = True,
+        models_status: int = 200,
     ) -> None:
         self.behaviour = behaviour
+        self.models_status = models_status
         self.has_tokenize = has_tokenize
         self.model = model
         self.post_counts: dict[str, int] = {}
@@ -72,7 +77,10 @@ class StubServer:
                 self.wfile.write(body)
 
             def do_GET(self) -> None:
-                if self.path == "/v1/models":
+                if self.path == "/v1/models" and stub.models_status == 401:
+                    # vLLM's reply to a missing or wrong --api-key.
+                    self._send(401, b'{"error": "Unauthorized"}')
+                elif self.path == "/v1/models":
                     self._send(200, json.dumps({"data": [{"id": stub.model}]}).encode())
                 elif self.path == "/version":
                     self._send(200, b'{"version": "stub"}')

@@ -162,6 +162,14 @@ def test_wrong_model_name_is_a_config_error():
             VllmScorer(config)
 
 
+def test_a_refused_api_key_says_unauthorised_and_names_the_key_variables():
+    with StubServer(ok, models_status=401) as stub:
+        with pytest.raises(ScorerConfigError, match="unauthorised") as raised:
+            make_scorer(stub, api_key_env=("EARM_TEST_KEY",))
+    assert "EARM_TEST_KEY" in str(raised.value)
+    assert "not an OpenAI-compatible" not in str(raised.value)
+
+
 def test_unreachable_server_is_a_config_error():
     with StubServer(ok) as stub:
         url = stub.base_url
