@@ -352,6 +352,31 @@ def _default_base_model() -> Path:
     return default_model_path()
 
 
+def _manifest(
+    job: TrainScorerJob,
+    conversations: list[Any],
+    folds: list[dict[str, Any]],
+    embedder: Any,
+    cache_path: str,
+) -> dict[str, Any]:
+    from earm_jax.store.embeddings import model_identity
+
+    base = job.base_model or str(_default_base_model())
+    return {
+        "format": MANIFEST_FORMAT,
+        "kind": "cross-encoder",
+        "base_model": {"path": base, "identity": model_identity(base)},
+        "embedding_model": embedder.identity,
+        "data": {"path": job.data, "files": file_digests(job.data)},
+        "memories": list(job.settings),
+        "conversations": [_entry(c) for c in conversations],
+        "folds": list(folds),
+        "job": job.to_json(),
+        "score_cache": cache_path,
+        "profiles": {},
+    }
+
+
 def run_train_scorer(
     job: TrainScorerJob, progress: Progress | None = None
 ) -> dict[str, Any]:
@@ -453,20 +478,13 @@ def run_train_scorer(
             f"{report['first_loss']:.3f} -> {report['last_loss']:.3f}, {calibrated}"
         )
         folds.append(entry)
-    base = job.base_model or str(_default_base_model())
-    manifest: dict[str, Any] = {
-        "format": MANIFEST_FORMAT,
-        "kind": "cross-encoder",
-        "base_model": {"path": base, "identity": model_identity(base)},
-        "embedding_model": embedder.identity,
-        "data": {"path": job.data, "files": file_digests(job.data)},
-        "memories": list(job.settings),
-        "conversations": [_entry(c) for c in conversations],
-        "folds": folds,
-        "job": job.to_json(),
-        "score_cache": cache_path,
-        "profiles": {},
-    }
+        # A build stopped later keeps its finished folds usable: their
+        # held-out conversations can be evaluated, the rest are refused.
+        partial = _manifest(job, conversations, folds, embedder, cache_path)
+        partial["complete"] = False
+        write_json(Path(job.out) / MANIFEST_NAME, partial)
+    manifest = _manifest(job, conversations, folds, embedder, cache_path)
+    manifest["complete"] = True
     for setting in job.settings:
         if job.folds > 1:
             manifest.setdefault("cross_fitted_quality", {})[setting] = (

@@ -69,3 +69,51 @@ def test_bad_jobs_name_the_field(tmp_path, locomo_path):
         job = TrainScorerJob(data=str(locomo_path), out=str(tmp_path / "o"))
         with pytest.raises(ValueError, match=field):
             TrainScorerJob(**{**job.__dict__, field: value}).validate()
+
+
+def test_a_stopped_build_keeps_its_finished_folds(
+    locomo_path, embedding_cache_dir, tmp_path, monkeypatch
+):
+    """The manifest is written after every fold (``complete`` false until the
+    last): a build stopped during fold 2 evaluates fold 1's held-out
+    conversation and refuses the one no finished fold held out."""
+    import earm_jax.jobs.train_scorer as train_scorer
+    from earm_jax.jobs.locomo import select_conversations
+    from earm_jax.jobs.train_scorer import run_train_scorer
+    from earm_jax.locomo.data import load_locomo
+    from earm_jax.scoring.cross_encoder_training import TrainingSettings
+
+    real = train_scorer._train_fold
+    calls = []
+
+    def stop_at_the_second_fold(*args, **kwargs):
+        calls.append(args[2])
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_scorer, "_train_fold", stop_at_the_second_fold)
+    out = tmp_path / "scorer"
+    job = TrainScorerJob(
+        data=str(locomo_path),
+        out=str(out),
+        conversations=("26", "30"),
+        limit=4,
+        folds=2,
+        validation_fraction=0.5,
+        training=TrainingSettings(
+            max_steps=1, group_size=4, hard_negatives=2, groups_per_step=1
+        ),
+        cache_dir=str(embedding_cache_dir),
+        score_cache=str(tmp_path / "scores.sqlite"),
+    )
+    with pytest.raises(KeyboardInterrupt):
+        run_train_scorer(job)
+    folder = open_scorer_folder(out)
+    assert folder.manifest["complete"] is False
+    assert [fold["name"] for fold in folder.folds] == ["fold-0"]
+    held = {entry["id"] for entry in folder.folds[0]["held_out"]}
+    for conversation in select_conversations(load_locomo(locomo_path), ("26", "30"), 4):
+        choice = folder.choose(conversation_digest(conversation))
+        assert choice.known
+        assert choice.in_sample == (conversation.sample_id not in held)
