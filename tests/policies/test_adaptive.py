@@ -287,3 +287,41 @@ def test_confident_no_keeps_middling_answers_above_the_unscored():
         assert scores[2] < scores[10]  # a clean "no" sinks
     assert ranks["confident_no"][1] > ranks["confident_no"][10]
     assert ranks["evidence"][1] < ranks["evidence"][10]
+
+
+def test_answers_first_never_sinks_an_answer_and_keeps_the_learned_order():
+    """The default merge ranks every scored candidate (a clean 0 too) above
+    every unscored one, by its answer; the unscored keep the order the policy
+    learned (here: the reverse of similarity, which the answers taught it)."""
+    num_queries = 12
+    similarity = -jnp.arange(POOL, dtype=jnp.float32)
+    queries = Query(
+        jnp.tile(jnp.arange(POOL, dtype=jnp.int32), (num_queries, 1)),
+        jnp.tile(similarity, (num_queries, 1)),
+        jnp.ones((num_queries, POOL), bool),
+    )
+    # The less similar, the likelier evidence: among the scored (the 8 most
+    # similar) and in the tail.
+    answers = (
+        jnp.zeros((num_queries, POOL))
+        .at[:, 5:8]
+        .set(1.0)
+        .at[:, -3:]
+        .set(1.0)
+        .at[:, 0]
+        .set(0.3)
+    )
+    config = ad.AdaptiveConfig(pool_size=POOL, round_sizes=(4, 4), call_budget=1.0)
+    assert config.merge == "answers_first"
+    _, info = ad.run_adaptive(ad.adaptive_policy(config), queries, answers)
+    scores, scored = np.asarray(info.scores[-1]), np.asarray(info.anchors[-1])
+    assert scored.any() and not scored.all()
+    assert scores[scored].min() > scores[~scored].max()
+    ranked = np.argsort(-scores[scored])
+    np.testing.assert_array_equal(
+        np.asarray(answers[-1])[scored][ranked],
+        np.sort(np.asarray(answers[-1])[scored])[::-1],
+    )
+    unscored = np.flatnonzero(~scored)
+    order = unscored[np.argsort(-scores[unscored])]
+    assert order[0] > order[-1]  # the least similar unscored come first
