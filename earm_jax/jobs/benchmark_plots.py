@@ -58,7 +58,7 @@ def latency_figure(payload: Mapping[str, Any], path: str | Path) -> Path:
     axis.grid(alpha=0.3, which="both")
     axis.legend(fontsize=8)
     note = load_note(payload.get("meta", payload))
-    axis.setwrap_title(
+    axis.set_title(
         wrap_title(f"Latency vs history (M=1,000, N=200, r=8; {note})", 70), fontsize=10
     )
     figure.tight_layout()
@@ -108,7 +108,7 @@ def throughput_figure(
     axis.grid(alpha=0.3, which="both")
     axis.legend(fontsize=8)
     note = load_note(payload.get("meta", payload))
-    axis.setwrap_title(
+    axis.set_title(
         wrap_title(f"Throughput vs streams (M=1,000, N=200, r=8, T=40; {note})", 70),
         fontsize=10,
     )
@@ -162,7 +162,7 @@ def solver_quality_figure(
         left.set_ylabel("difference, 95% CI")
         left.grid(alpha=0.3)
         left.legend(fontsize=8)
-        left.setwrap_title(
+        left.set_title(
             f"Simulated: {simulated['config'].get('num_streams', '?')} streams",
             fontsize=10,
         )
@@ -184,7 +184,7 @@ def solver_quality_figure(
         right.set_ylabel("Mixed: incremental − als, 95% CI over questions")
         right.grid(alpha=0.3)
         seconds = conversations.get("seconds_per_solver", {})
-        right.setwrap_title(
+        right.set_title(
             f"LoCoMo turns ({conversations.get('num_labelled_queries', '?')} labelled "
             f"questions): incremental {seconds.get('incremental', 0):.0f} s vs als "
             f"{seconds.get('als', 0):.0f} s",

@@ -176,11 +176,11 @@ def policy_figure(
         by_query.set_xticks(xs)
     by_query.set_xlabel(position_label)
     by_query.set_ylabel(metric)
-    by_query.setwrap_title(f"{metric} along the stream (95% CI, normal approx.)")
+    by_query.set_title(f"{metric} along the stream (95% CI, normal approx.)")
     by_query.grid(alpha=0.3)
     by_query.legend(fontsize=7)
     quality_vs_calls(by_calls, summary["results"], metric)
-    by_calls.setwrap_title(f"{metric} vs calls (95% paired-bootstrap CI)")
+    by_calls.set_title(f"{metric} vs calls (95% paired-bootstrap CI)")
     if title:
         figure.suptitle(wrap_title(title), fontsize=10)
     figure.tight_layout()
@@ -243,7 +243,7 @@ def per_stage_figure(
     axis.set_ylabel(metric)
     axis.grid(alpha=0.3)
     axis.legend(fontsize=7, ncol=2)
-    axis.setwrap_title(wrap_title(title, 80), fontsize=10)
+    axis.set_title(wrap_title(title, 80), fontsize=10)
     figure.tight_layout()
     return save_figure(figure, path)
 
@@ -255,7 +255,7 @@ def calls_figure(
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(8, 5))
     quality_vs_calls(axis, payload["results"], metric)
-    axis.setwrap_title(wrap_title(title, 80), fontsize=10)
+    axis.set_title(wrap_title(title, 80), fontsize=10)
     figure.tight_layout()
     return save_figure(figure, path)
 
@@ -299,7 +299,7 @@ def locomo_grid_figure(
     axis.set_ylabel(metric)
     axis.grid(alpha=0.3, axis="y")
     axis.legend(fontsize=7, ncol=4, loc="lower right")
-    axis.setwrap_title(
+    axis.set_title(
         f"LoCoMo, evidence stand-in scorer (not an LLM): {metric} per grid point "
         "(95% CI over questions)",
         fontsize=10,
