@@ -22,6 +22,9 @@ from earm_jax.core.model import parameters, predict
 from earm_jax.core.online import usable_candidates
 from earm_jax.eval.metrics import ranking_positions
 
+# Slow: search expansion compiles run_expanded per solver and slot count; ~1-2 min.
+pytestmark = pytest.mark.slow
+
 SLOTS = 6
 
 
