@@ -23,6 +23,15 @@ def locomo_dir() -> Path:
     return REPO.parent / "shared" / "data" / "locomo"
 
 
+def pytest_collection_modifyitems(config, items):
+    """The durable retriever's tests (kill -9 runs, the agent loop, adapters:
+    5-8 min together) are the slow tier as a whole folder, so that
+    ``-m "not slow"`` stays the fast tier."""
+    for item in items:
+        if Path(str(item.path)).parent.name == "retriever":
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def locomo_path() -> Path:
     """The LoCoMo folder. Missing data fails the test (CI always has it) unless

@@ -29,19 +29,28 @@ def plots(
     ):
         import matplotlib  # noqa: F401
 
-        from earm_jax.jobs.plots import FIGURES, benchmark_figures
+        from earm_jax.jobs.plots import (
+            FIGURE_LIST,
+            benchmark_figures,
+            read_figure_list,
+        )
     if not results.is_dir():
         raise UserError(
             f"--results {str(results)!r} is not a folder",
             "run from the repository root or pass --results benchmarks/results",
         )
     with user_errors(
+        f"the results folder lists its figures in {FIGURE_LIST} (see "
+        "benchmarks/results/figures.json)"
+    ):
+        figures = read_figure_list(results)
+    with user_errors(
         "rerun the job that wrote the JSON, or pass another --metric (e.g. recall@10)",
         KeyError,
     ):
         written = benchmark_figures(results, out, metric)
     if not written:
-        names = ", ".join(sorted({source for source, _, _ in FIGURES}))
+        names = ", ".join(sorted({figure.source for figure in figures}))
         raise UserError(
             f"no result JSON found in {str(results)!r}", f"expected {names}"
         )

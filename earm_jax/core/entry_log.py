@@ -1,4 +1,4 @@
-r"""The history as a log of paid observations (issue 12): storage sized by calls.
+r"""The history as a log of paid observations: storage sized by calls.
 
 The row layout stores every query as a row of width ``max_budget`` (``K``),
 whatever its budget was: ``Q * K`` slots although a query in steady state pays

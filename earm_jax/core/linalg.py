@@ -103,7 +103,7 @@ def _cholesky_solve(entry, h, dim: int, l2: float) -> Array:
     # both substitutions from ~46 arrays; a division is "expensive" to XLA,
     # so every entry of the factor and of both substitutions is computed
     # once (700 -> 455 array reads at D = 9; the batched step 1.26-1.33x
-    # faster on CPU, issue 12). Also slightly more accurate than rsqrt.
+    # faster on CPU). Also slightly more accurate than rsqrt.
     lower = [[None] * dim for _ in range(dim)]
     diagonal = [None] * dim
     for j in range(dim):

@@ -79,7 +79,7 @@ def observed_first(observed: ArrayLike) -> Array:
 
     Both groups in index order: ``argsort(~observed, stable=True)``, from a
     running count and one scatter instead of a sort (a sort of ``[S, N]``
-    per step cost 4% of the batched step on CPU, issue 12).
+    per step cost 4% of the batched step on CPU).
     """
     observed = jnp.asarray(observed, bool)
     observed_so_far = running_count(observed)

@@ -2,7 +2,7 @@
 
 ``jnp.cumsum`` of a ``[S, N]`` mask compiles on CPU into a blocked scan of
 several operations (``reduce-window``, pads, slices), and the step ran five
-of them per query (issue 12). A running count is also the product with an
+of them per query. A running count is also the product with an
 upper-triangular matrix of ones: one ``dot``, exact in float32 (every partial
 sum is an integer below ``2**24``).
 """
@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from earm_jax.types import Array, ArrayLike
 
 # The N x N matrix grows as N^2 (4 MB at 1,024, twice the pool sizes in use);
-# longer masks keep the scan. Only N = 200 was timed (issue 12).
+# longer masks keep the scan. Only N = 200 was timed.
 _MAX_DOT_LENGTH = 1024
 
 

@@ -45,9 +45,9 @@ def _first_members(priority: ArrayLike, members: ArrayLike, count: ArrayLike) ->
     (radix select: 8 passes, each counting the keys at or above 16
     candidate thresholds), the items above it are taken, and of those equal
     to it the first by index. Measured ~10x faster on CPU than one
-    ``argsort`` of ``[S, 200]`` keys, and far faster than the ``N x N``
-    comparison matrix it replaced (whose ``[S, N, N]`` intermediates were a
-    quarter of the batched step, issue 12). As in that order, a member whose
+    ``argsort`` of ``[S, 200]`` keys, and far faster than an ``N x N``
+    comparison matrix (whose ``[S, N, N]`` intermediates cost a quarter of
+    the batched step). As in that order, a member whose
     priority is ``-inf`` ties with the non-members and can rank behind them.
 
     Leading axes are independent selections (``count`` has their shape;

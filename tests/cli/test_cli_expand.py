@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
 from earm_jax.cli import simulate as simulate_command
 from earm_jax.eval.compare import POLICIES
+
+# Slow: runs `earm simulate --expand` end to end; ~1 min.
+pytestmark = pytest.mark.slow
 
 SMALL = [
     "--streams",

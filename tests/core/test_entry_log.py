@@ -17,6 +17,9 @@ from earm_jax.core.grow import grow_state
 from earm_jax.core.solvers import incremental
 from earm_jax.store.checkpoint import load_pytree, save_pytree
 
+# Slow: the log layout compiled per block size, an HLO check; ~1 min.
+pytestmark = pytest.mark.slow
+
 
 @functools.lru_cache(maxsize=1)
 def _stream():

@@ -12,6 +12,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+# Slow: a subprocess with 4 forced CPU devices compiles run_batch; ~30-60 s.
+pytestmark = pytest.mark.slow
+
 TESTS = Path(__file__).resolve().parents[1]  # where planted.py lives
 
 SCRIPT = textwrap.dedent(

@@ -16,6 +16,9 @@ from test_causality import _perturb_future
 import earm_jax as ej
 from earm_jax.core import model as solver_model
 
+# Slow: causality and reference checks compiled per solver; ~1 min.
+pytestmark = pytest.mark.slow
+
 
 def _params(rng, num_memories, rank):
     return ej.Parameters(

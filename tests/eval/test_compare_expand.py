@@ -14,6 +14,9 @@ import earm_jax as ej
 from earm_jax.eval import report, stats
 from earm_jax.eval.compare import POLICIES, evaluate_policies
 
+# Slow: the seven policies with expansion, compiled per setting; ~1 min.
+pytestmark = pytest.mark.slow
+
 KS = (5, 10)
 
 

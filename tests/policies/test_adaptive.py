@@ -14,6 +14,9 @@ from hypothesis import strategies as st
 from earm_jax.base import Query
 from earm_jax.policies import adaptive as ad
 
+# Slow: the adaptive policy: a ledger test per stop rule, hypothesis streams; ~2-4 min.
+pytestmark = pytest.mark.slow
+
 POOL = 24
 CONFIG = ad.AdaptiveConfig(pool_size=POOL, round_sizes=(2, 4, 8), max_carry=30)
 

@@ -2,7 +2,7 @@ r"""The ``"als"`` solver: alternating exact ridge solves over the whole history.
 
 Each query refits every past query's :math:`(c_s, v_s)`, then every memory's
 :math:`(b_m, u_m)`, then :math:`\mu`, each block in closed form, warm-started
-from the previous query's parameters (``num_sweeps`` sweeps, or until the
+from the parameters after the last query (``num_sweeps`` sweeps, or until the
 relative loss decrease falls below ``tolerance``). Cost per query grows with the
 history (``O(Q K r^2)`` per sweep); see :mod:`earm_jax.core.solvers.incremental`
 for the constant-cost alternative.

@@ -1,0 +1,322 @@
+"""The README's benchmark figures (``earm plots``): latency and throughput of
+the solver step, the incremental solver's quality against ``als``, and the
+policy figures of the committed results.
+
+Which result JSON becomes which figure is data, not code: the results folder's
+``figures.json`` lists ``{"source", "figure", "kind"}`` entries (and ``with``,
+a second JSON, for kind ``solvers``); :func:`benchmark_figures` draws each
+whose JSON exists.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from earm_jax.jobs.plot_style import MARKERS, load_note, pyplot, save_figure, wrap_title
+from earm_jax.jobs.policy_plots import (
+    calls_figure,
+    locomo_grid_figure,
+    per_stage_figure,
+)
+
+FIGURE_LIST = "figures.json"
+"""The name of the figure list in a results folder."""
+
+
+def latency_figure(payload: Mapping[str, Any], path: str | Path) -> Path:
+    """One online step's latency (p50, p10–p90 range) against the history size
+    ``t``, per solver, from a ``bench_solver --sections latency`` JSON."""
+    plt = pyplot()
+    rows = payload["latency"]["rows"]
+    figure, axis = plt.subplots(figsize=(7, 5))
+    for index, solver in enumerate(sorted({r["solver"] for r in rows}, reverse=True)):
+        mine = sorted((r for r in rows if r["solver"] == solver), key=lambda r: r["t"])
+        ts = [r["t"] for r in mine]
+        p50 = [r["p50_ms"] for r in mine]
+        axis.plot(ts, p50, marker=MARKERS[index], label=f"{solver} (p50)")
+        axis.fill_between(
+            ts,
+            [r["min_ms"] for r in mine],
+            [r["p90_ms"] for r in mine],
+            alpha=0.15,
+            label=f"{solver} (min–p90)",
+        )
+        axis.annotate(
+            f"p50 {p50[-1] / p50[0]:.2f}x that at t={ts[0]}",
+            (ts[-1], p50[-1]),
+            textcoords="offset points",
+            xytext=(-110, 8),
+            fontsize=8,
+        )
+    axis.set_xscale("log")
+    axis.set_yscale("log")
+    axis.set_xlabel("history: queries already stored (t)")
+    axis.set_ylabel("one online step (select + observe), ms")
+    axis.grid(alpha=0.3, which="both")
+    axis.legend(fontsize=8)
+    note = load_note(payload.get("meta", payload))
+    axis.set_title(
+        wrap_title(f"Latency vs history (M=1,000, N=200, r=8; {note})", 70), fontsize=10
+    )
+    figure.tight_layout()
+    return save_figure(figure, path)
+
+
+def throughput_figure(
+    payload: Mapping[str, Any],
+    path: str | Path,
+    series_labels: Mapping[str, str] | None = None,
+) -> Path:
+    """``run_batch`` stream-queries per second against the number of streams
+    ``S``, per solver, from a ``bench_solver --sections throughput`` JSON.
+
+    ``series_labels`` names a row's solver in the legend (``{chunk}`` becomes
+    the run's streams per chunk); unnamed rows show the solver's name.
+    """
+    series_labels = series_labels or {}
+    plt = pyplot()
+    rows = [r for r in payload["throughput"]["rows"] if r.get("sweep", "S") == "S"]
+    figure, axis = plt.subplots(figsize=(7, 5))
+    for index, solver in enumerate(sorted({r["solver"] for r in rows}, reverse=True)):
+        mine = sorted((r for r in rows if r["solver"] == solver), key=lambda r: r["S"])
+        axis.plot(
+            [r["S"] for r in mine],
+            [r["stream_queries_per_s"] for r in mine],
+            marker=MARKERS[index],
+            label=series_labels.get(solver, solver).format(
+                chunk=payload.get("config", {}).get("streams_per_chunk")
+            ),
+        )
+        for r in mine:
+            axis.annotate(
+                f"{r['stream_queries_per_s']:,.0f}",
+                (r["S"], r["stream_queries_per_s"]),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize=8,
+            )
+    axis.set_xscale("log", base=2)
+    axis.set_yscale("log")
+    sizes = sorted({r["S"] for r in rows})
+    axis.set_xticks(sizes, [str(size) for size in sizes])
+    axis.xaxis.set_minor_locator(pyplot().NullLocator())
+    axis.set_xlabel("streams S (vmapped in one run_batch call)")
+    axis.set_ylabel("stream-queries per second (median, compile excluded)")
+    axis.grid(alpha=0.3, which="both")
+    axis.legend(fontsize=8)
+    note = load_note(payload.get("meta", payload))
+    axis.set_title(
+        wrap_title(f"Throughput vs streams (M=1,000, N=200, r=8, T=40; {note})", 70),
+        fontsize=10,
+    )
+    figure.tight_layout()
+    return save_figure(figure, path)
+
+
+def solver_quality_figure(
+    simulated: Mapping[str, Any] | None,
+    conversations: Mapping[str, Any] | None,
+    path: str | Path,
+) -> Path:
+    """``incremental`` − ``als`` quality (same anchors, 95% CIs): on simulated
+    streams by the number of history rows refreshed per query, and on LoCoMo
+    per metric; run times in the labels."""
+    plt = pyplot()
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    if simulated is not None:
+        rows = simulated["results"]
+        als = next(r for r in rows if r["solver"] == "als")
+        others = [r for r in rows if r["solver"].startswith("incremental")]
+        refresh = [int(r["solver"].rsplit("_r", 1)[-1]) for r in others]
+        for offset, (metric, marker) in enumerate((("recall", "o"), ("ndcg", "s"))):
+            key = f"{metric}_minus_als"
+            means = [r[key]["estimate"] for r in others]
+            errors = [
+                [m - r[key]["low"] for m, r in zip(means, others, strict=True)],
+                [r[key]["high"] - m for m, r in zip(means, others, strict=True)],
+            ]
+            xs = [i + (offset - 0.5) * 0.12 for i in range(len(others))]
+            left.errorbar(
+                xs,
+                means,
+                yerr=errors,
+                fmt=marker,
+                capsize=3,
+                label=f"{metric} (incremental − als)",
+            )
+        left.set_xticks(
+            range(len(others)),
+            [
+                f"{k} rows\n{r['seconds_incl_compile']:.0f} s"
+                for k, r in zip(refresh, others, strict=True)
+            ],
+        )
+        left.axhline(0, color="grey", lw=0.8)
+        left.set_xlabel(
+            f"history rows refreshed per query (incremental; als: "
+            f"{als['seconds_incl_compile']:.0f} s)"
+        )
+        left.set_ylabel("difference, 95% CI")
+        left.grid(alpha=0.3)
+        left.legend(fontsize=8)
+        left.set_title(
+            f"Simulated: {simulated['config'].get('num_streams', '?')} streams",
+            fontsize=10,
+        )
+    if conversations is not None:
+        mixed = conversations["mixed"]
+        names = list(mixed)
+        means = [mixed[m]["incremental-als"]["mean"] for m in names]
+        lows = [
+            m - mixed[n]["incremental-als"]["ci"][0]
+            for m, n in zip(means, names, strict=True)
+        ]
+        highs = [
+            mixed[n]["incremental-als"]["ci"][1] - m
+            for m, n in zip(means, names, strict=True)
+        ]
+        right.errorbar(range(len(names)), means, yerr=[lows, highs], fmt="o", capsize=3)
+        right.set_xticks(range(len(names)), names)
+        right.axhline(0, color="grey", lw=0.8)
+        right.set_ylabel("Mixed: incremental − als, 95% CI over questions")
+        right.grid(alpha=0.3)
+        seconds = conversations.get("seconds_per_solver", {})
+        right.set_title(
+            f"LoCoMo turns ({conversations.get('num_labelled_queries', '?')} labelled "
+            f"questions): incremental {seconds.get('incremental', 0):.0f} s vs als "
+            f"{seconds.get('als', 0):.0f} s",
+            fontsize=10,
+        )
+    figure.suptitle(
+        "incremental (constant cost per query) vs als (full refit): quality at the "
+        "same anchors (evidence / simulated scorers, not an LLM)",
+        fontsize=10,
+    )
+    figure.tight_layout()
+    return save_figure(figure, path)
+
+
+class FigureSpec(NamedTuple):
+    """One figure of the list: draw ``figure`` (a PNG name) of ``kind`` from the
+    result JSON ``source`` (and ``with``, for ``solvers``); ``labels`` names
+    the series of a ``throughput`` figure."""
+
+    source: str
+    figure: str
+    kind: str
+    companion: str | None = None
+    series_labels: dict[str, str] | None = None
+
+
+def read_figure_list(results_dir: str | Path) -> list[FigureSpec]:
+    """The figures a results folder lists in its ``figures.json``.
+
+    Raises:
+      ValueError: the list is missing, not JSON, or names an unknown kind.
+    """
+    path = Path(results_dir) / FIGURE_LIST
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))["figures"]
+        specs = [
+            FigureSpec(
+                e["source"], e["figure"], e["kind"], e.get("with"), e.get("labels")
+            )
+            for e in entries
+        ]
+    except FileNotFoundError as error:
+        raise ValueError(f"{str(path)!r} does not exist") from error
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"{str(path)!r} is not a figure list ({type(error).__name__}: {error})"
+        ) from error
+    for spec in specs:
+        if spec.kind not in _DRAW:
+            raise ValueError(
+                f"{str(path)!r}: figure {spec.figure!r} has kind {spec.kind!r}; "
+                f"known: {sorted(_DRAW)}"
+            )
+    return specs
+
+
+def _describe(payload: Mapping[str, Any], name: str) -> str:
+    if "runs" in payload:
+        run = payload["runs"][0]
+        return (
+            f"LoCoMo {run['setting']}, evidence noise {run['noise']}, rank "
+            f"{run['rank']} ({payload.get('num_scored_queries', '?')} labelled "
+            "questions; evidence stand-in scorer, not an LLM)"
+        )
+    config = payload.get("config", {})
+    return (
+        f"Simulated streams: {config.get('streams')} x {config.get('queries')} "
+        f"queries, rank {config.get('rank')} (simulated scorer, not an LLM)"
+    )
+
+
+def _draw_calls(payload, target, metric, spec, results_dir):
+    title = f"{metric} vs calls — {_describe(payload, spec.source)}"
+    return calls_figure(payload, target, metric, title)
+
+
+def _draw_stages(payload, target, metric, spec, results_dir):
+    first = payload["runs"][0] if "runs" in payload else payload
+    title = f"{metric} per budget stage — {_describe(payload, spec.source)}"
+    return per_stage_figure(first, target, metric, title)
+
+
+def _draw_solvers(payload, target, metric, spec, results_dir):
+    other = results_dir / spec.companion if spec.companion else None
+    locomo = json.loads(other.read_text()) if other and other.is_file() else None
+    return solver_quality_figure(payload, locomo, target)
+
+
+_DRAW: dict[str, Callable[..., Path]] = {
+    "calls": _draw_calls,
+    "stages": _draw_stages,
+    "grid": lambda payload, target, metric, spec, results_dir: locomo_grid_figure(
+        payload, target, metric
+    ),
+    "latency": lambda payload, target, *_: latency_figure(payload, target),
+    "throughput": lambda payload, target, metric, spec, results_dir: throughput_figure(
+        payload, target, spec.series_labels
+    ),
+    "solvers": _draw_solvers,
+}
+"""The figure kinds a figure list may name, and how each is drawn."""
+
+
+def benchmark_figures(
+    results_dir: str | Path, out_dir: str | Path, metric: str = "recall@10"
+) -> list[Path]:
+    """Draws every figure of the folder's figure list whose JSON exists.
+
+    Returns:
+      The PNG paths written, in the list's order.
+
+    Raises:
+      ValueError: no usable ``figures.json`` in ``results_dir``.
+    """
+    results_dir, out_dir = Path(results_dir), Path(out_dir)
+    written = []
+    for spec in read_figure_list(results_dir):
+        file = results_dir / spec.source
+        if not file.is_file():
+            continue
+        payload = json.loads(file.read_text())
+        draw = _DRAW[spec.kind]
+        written.append(draw(payload, out_dir / spec.figure, metric, spec, results_dir))
+    return written
+
+
+__all__ = [
+    "FIGURE_LIST",
+    "FigureSpec",
+    "benchmark_figures",
+    "latency_figure",
+    "read_figure_list",
+    "solver_quality_figure",
+    "throughput_figure",
+]
