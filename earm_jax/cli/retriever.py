@@ -24,7 +24,8 @@ def register(app: typer.Typer) -> None:
             typer.Option(help="Also replay the whole journal and compare the state."),
         ] = False,
     ) -> None:
-        """Checks settings, memories, operations and snapshot (exit 1 if bad)."""
+        """Checks settings, every row's checksum, operations and snapshot; each
+        damaged row is one finding (exit 1 if any)."""
         try:
             report = check(path, deep=deep)
         except FolderLockedError as error:
@@ -45,15 +46,15 @@ def register(app: typer.Typer) -> None:
     def repair_command(
         path: Annotated[Path, typer.Argument(help="The retriever's folder.")],
     ) -> None:
-        """Rebuilds a missing or damaged snapshot from the journal (exit 1 if the
-        journal itself is damaged)."""
+        """Restores what the journal can rebuild (the snapshot, damaged paid
+        scores) and names what it cannot (exit 1: restore from a backup)."""
         try:
             actions = repair(path)
         except FolderLockedError as error:
             typer.echo(str(error), err=True)
             raise typer.Exit(2) from None
         except CorruptFolderError as error:
-            typer.echo(f"cannot repair: {error}", err=True)
+            typer.echo(str(error), err=True)
             raise typer.Exit(1) from None
         for action in actions:
             typer.echo(action)

@@ -12,7 +12,11 @@ Durability. Everything lives in one folder:
   every operation (add / update / delete / query, each one transaction), every
   paid score, and a snapshot of the solver state every ``snapshot_every``
   queries (content-addressed chunks: unchanged parts are not rewritten).
-* ``lock``: ``flock``-ed by the one process that writes; holds its pid.
+* ``lock``: ``flock``-ed by the one process that writes; holds its pid. The
+  journal is ``flock``-ed too, so removing ``lock`` lets no second writer in
+  (:mod:`earm_jax.store.lock`).
+* ``retriever.json``: written once the journal holds its settings; a folder
+  with it and a missing or empty journal is refused, never opened as new.
 
 On open the latest snapshot is loaded and the operations after it are replayed
 through the same code path that ran them (the solver is deterministic given its
@@ -110,6 +114,11 @@ class OnlineRetriever(Recovery, MemoryTable, Paying, AdaptiveRounds):
         and reopening with another model raises, like another scorer.
       config: settings; ``None`` takes the stored ones (or the defaults for a
         new folder). Experience settings must match the stored ones.
+
+    Every write checks first that the journal this retriever locked is still
+    the folder's (:class:`~earm_jax.store.lock.LockLostError` otherwise, with
+    nothing stored); a full disk is a
+    :class:`~earm_jax.store.journal.DiskFullError` with nothing stored.
 
     Raises:
       FolderLockedError: another process holds the folder.

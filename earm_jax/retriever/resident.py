@@ -1,14 +1,15 @@
-"""Keeping the process's resident memory flat over a long-lived retriever.
+"""Handing freed heap memory back to the kernel, so a long-lived retriever's
+resident memory follows what it holds.
 
-Where it grew: not in the retriever's own data (a tenant's solver state is
-2 MiB at 1,024 queries of capacity and 7.4 MiB at 4,096, its memory table a
-few MiB per thousand memories) but in memory the process had freed and
-glibc's allocator kept: every snapshot copies and hashes the whole solver
-state (a few MiB of short-lived arrays each time), and every compile ahead of
-need runs in a background thread whose allocator arena keeps the compiler's
-freed working memory. ``malloc_trim(0)`` hands the free pages of every arena
-back to the kernel; the retriever calls it after each snapshot and after each
-compile ahead of need (a few milliseconds, every ``snapshot_every`` queries).
+What a retriever holds is small: a tenant's solver state is 2 MiB at a query
+capacity of 1,024 and 7.4 MiB at 4,096 (pool 200, rank 8), its memory table a
+few MiB per thousand memories. What glibc's allocator may keep after it is
+freed is not: every snapshot copies and hashes the whole solver state, and
+every compile ahead of need runs in a background thread, whose allocator
+arena keeps the compiler's working memory once it is freed. ``malloc_trim(0)``
+returns the free pages of every arena; the retriever calls it after each
+snapshot (every ``snapshot_every`` queries) and after each compile ahead of
+need. ``benchmarks/bench_retriever.py --no-trim`` measures the difference.
 """
 
 from __future__ import annotations

@@ -43,13 +43,22 @@ import hashlib
 import json
 import os
 import sqlite3
-import struct
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from earm_jax.store.integrity import (
+    CHECKED_FIELDS,
+    CorruptFolderError,
+    damaged_fields,
+    decoded_text,
+    raw_column,
+    row_checksum,
+)
+from earm_jax.store.snapshots import CHUNK_BYTES, SnapshotStore, chunk_hash
 
 JOURNAL_NAME = "journal.sqlite"
 # Written once the journal holds its settings: a folder with this file and an
@@ -59,7 +68,6 @@ MARKER_NAME = "retriever.json"
 FORMAT = "earm-retriever/3"
 # Folders of these formats are migrated on open (checksums added to every row).
 MIGRATED_FORMATS = ("earm-retriever/2",)
-CHUNK_BYTES = 32 * 1024
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -110,11 +118,6 @@ CREATE TABLE IF NOT EXISTS chunks (hash BLOB PRIMARY KEY, data BLOB NOT NULL);
 """
 
 
-class CorruptFolderError(ValueError):
-    """A retriever folder fails its consistency check (the message names the
-    file and what is wrong)."""
-
-
 class DiskFullError(OSError):
     """A write found the disk (or the journal's size limit) full: that call
     stored nothing and changed nothing; every call acknowledged before it is
@@ -158,76 +161,9 @@ def _is_full(error: sqlite3.Error) -> bool:
     return code == sqlite3.SQLITE_FULL or "full" in str(error).lower()
 
 
-# The checksummed fields of each table, in checksum order (``retired_op`` and
-# ``created_at`` are left out: see the module docstring).
-CHECKED_FIELDS = {
-    "meta": ("key", "value"),
-    "memories": ("row", "id", "text", "metadata", "embedding", "origin", "op"),
-    "ops": ("seq", "kind", "payload", "data"),
-    "scores": ("scorer", "query_hash", "memory_hash", "value", "query_index"),
-}
-_DIGEST = 4
-
-
-def _canonical(value: Any) -> bytes:
-    """Type-tagged bytes of a field (text is checksummed as its UTF-8 bytes)."""
-    if value is None:
-        return b"n"
-    if isinstance(value, bool | int):
-        return b"i" + str(int(value)).encode()
-    if isinstance(value, float):
-        return b"f" + struct.pack("<d", value)
-    if isinstance(value, str):
-        return b"s" + value.encode("utf-8", "surrogatepass")
-    return b"s" + bytes(value)
-
-
-def row_checksum(*fields: Any) -> bytes:
-    """One 4-byte BLAKE2b digest per field, concatenated."""
-    return b"".join(
-        hashlib.blake2b(_canonical(field), digest_size=_DIGEST).digest()
-        for field in fields
-    )
-
-
-def damaged_fields(table: str, fields: Sequence[Any], checksum: Any) -> list[str]:
-    """The names of the fields of a ``table`` row that do not match its
-    checksum (every field when the checksum itself is missing or damaged)."""
-    names = CHECKED_FIELDS[table]
-    if not isinstance(checksum, bytes) or len(checksum) != _DIGEST * len(names):
-        return ["checksum"]
-    expected = row_checksum(*fields)
-    return [
-        name
-        for number, name in enumerate(names)
-        if expected[_DIGEST * number : _DIGEST * (number + 1)]
-        != checksum[_DIGEST * number : _DIGEST * (number + 1)]
-    ]
-
-
-def _decoded(raw: bytes, where: str) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise CorruptFolderError(f"{where} is not valid UTF-8 ({error})") from None
-
-
-_TEXT_COLUMNS = {
-    "meta": ("key", "value"),
-    "memories": ("text", "metadata"),
-    "ops": ("kind", "payload"),
-}
-
-
-def _raw(table: str, column: str) -> str:
-    """A column read as stored bytes (text as raw bytes, so invalid UTF-8 is
-    checked, not a decoding error inside SQLite's driver)."""
-    if column in _TEXT_COLUMNS.get(table, ()):
-        return f"CAST({column} AS BLOB)"
-    return column
-
-
-_OP_COLUMNS = ", ".join(_raw("ops", c) for c in (*CHECKED_FIELDS["ops"], "checksum"))
+_OP_COLUMNS = ", ".join(
+    raw_column("ops", c) for c in (*CHECKED_FIELDS["ops"], "checksum")
+)
 
 
 def text_hash(text: str) -> bytes:
@@ -235,11 +171,7 @@ def text_hash(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8")).digest()[:16]
 
 
-def _chunk_hash(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=16).digest()
-
-
-class Journal:
+class Journal(SnapshotStore):
     """The SQLite journal of one retriever folder.
 
     Args:
@@ -304,7 +236,9 @@ class Journal:
                 ("scores", ("scorer", "query_hash", "memory_hash")),
             ):
                 names = CHECKED_FIELDS[table]
-                selected = ", ".join([*keys, *(_raw(table, name) for name in names)])
+                selected = ", ".join(
+                    [*keys, *(raw_column(table, name) for name in names)]
+                )
                 rows = db.execute(f"SELECT {selected} FROM {table}").fetchall()
                 marks = " AND ".join(f"{k}=?" for k in keys)
                 db.executemany(
@@ -338,7 +272,7 @@ class Journal:
         if damaged_fields("meta", (key, row[0]), row[1]):
             raise CorruptFolderError(f"{where} does not match its checksum")
         try:
-            return json.loads(_decoded(row[0], where))
+            return json.loads(decoded_text(row[0], where))
         except ValueError as error:
             raise CorruptFolderError(f"{where} is not JSON ({error})") from error
 
@@ -374,9 +308,9 @@ class Journal:
             raise CorruptFolderError(
                 f"{where}: its {', '.join(damaged)} does not match its checksum"
             )
-        kind = _decoded(kind, f"{where}: kind")
+        kind = decoded_text(kind, f"{where}: kind")
         try:
-            decoded = json.loads(_decoded(payload, f"{where} ({kind}): payload"))
+            decoded = json.loads(decoded_text(payload, f"{where} ({kind}): payload"))
         except ValueError as error:
             raise CorruptFolderError(
                 f"{where} ({kind}) has a payload that is not JSON ({error})"
@@ -447,7 +381,7 @@ class Journal:
         if id_type == "integer":
             mid: Any = int(raw_id)
         elif id_type == "text":
-            mid = _decoded(raw_id, f"{where}: id")
+            mid = decoded_text(raw_id, f"{where}: id")
         else:
             raise CorruptFolderError(f"{where}: id is a {id_type}, not an int or text")
         checked = (row, mid, text, meta, blob, origin, op)
@@ -460,8 +394,8 @@ class Journal:
         return (
             row,
             mid,
-            _decoded(text, f"{where}: text"),
-            _decoded(meta, f"{where}: metadata"),
+            decoded_text(text, f"{where}: text"),
+            decoded_text(meta, f"{where}: metadata"),
             blob,
             origin,
             op,
@@ -616,130 +550,6 @@ class Journal:
 
     # -------------------------------------------------------------- snapshots
 
-    def write_snapshot(
-        self,
-        seq: int,
-        num_queries: int,
-        solver_config: dict,
-        leaves: Sequence[np.ndarray],
-        names: Sequence[str] | None = None,
-    ) -> int:
-        """Stores a pytree's leaves as of operation ``seq``; returns bytes written.
-
-        One transaction: the new snapshot replaces the old one atomically, and
-        only chunks not already stored are written.
-        """
-        manifest = []
-        new_chunks: dict[bytes, bytes] = {}
-        for leaf in leaves:
-            array = np.array(leaf, order="C", copy=True)
-            hashes = []
-            if array.ndim == 0 or array.nbytes <= CHUNK_BYTES:
-                pieces = [array.tobytes()]
-            else:
-                row_bytes = max(1, array.nbytes // array.shape[0])
-                rows = max(1, CHUNK_BYTES // row_bytes)
-                pieces = [
-                    array[start : start + rows].tobytes()
-                    for start in range(0, array.shape[0], rows)
-                ]
-            for piece in pieces:
-                digest = _chunk_hash(piece)
-                hashes.append(digest.hex())
-                new_chunks[digest] = piece
-            manifest.append(
-                {"shape": list(array.shape), "dtype": array.dtype.str, "chunks": hashes}
-            )
-            if names is not None:
-                manifest[-1]["name"] = names[len(manifest) - 1]
-        stored = {
-            bytes(h) for (h,) in self._db.execute("SELECT hash FROM chunks").fetchall()
-        }
-        written = 0
-        with self.transaction() as db:
-            for digest, piece in new_chunks.items():
-                if digest not in stored:
-                    db.execute("INSERT INTO chunks VALUES (?, ?)", (digest, piece))
-                    written += len(piece)
-            db.execute("DELETE FROM snapshots")
-            db.execute(
-                "INSERT INTO snapshots (seq, num_queries, solver_config, manifest, "
-                "created_at) VALUES (?, ?, ?, ?, ?)",
-                (
-                    seq,
-                    num_queries,
-                    json.dumps(solver_config),
-                    json.dumps(manifest),
-                    time.time(),
-                ),
-            )
-            stale = stored - set(new_chunks)
-            db.executemany(
-                "DELETE FROM chunks WHERE hash=?", [(digest,) for digest in stale]
-            )
-        return written
-
-    def latest_snapshot(self) -> tuple[int, int, dict, list, list | None] | None:
-        """``(seq, num_queries, solver_config, leaves, leaf names)`` of the
-        snapshot, verified (names ``None`` if it stored none).
-
-        Raises:
-          CorruptFolderError: a chunk is missing or does not match its hash.
-        """
-        row = self._db.execute(
-            "SELECT seq, num_queries, solver_config, manifest FROM snapshots "
-            "ORDER BY id DESC LIMIT 1"
-        ).fetchone()
-        if row is None:
-            return None
-        seq, num_queries, config_text, manifest_text = row
-        try:
-            config, manifest = json.loads(config_text), json.loads(manifest_text)
-        except ValueError as error:
-            raise CorruptFolderError(
-                f"{self.path}: the snapshot's manifest is not JSON ({error})"
-            ) from error
-        leaves = []
-        for number, entry in enumerate(manifest):
-            pieces = []
-            for digest_hex in entry["chunks"]:
-                digest = bytes.fromhex(digest_hex)
-                found = self._db.execute(
-                    "SELECT data FROM chunks WHERE hash=?", (digest,)
-                ).fetchone()
-                if found is None:
-                    raise CorruptFolderError(
-                        f"{self.path}: snapshot leaf {number} misses chunk "
-                        f"{digest_hex} (run `earm retriever repair`)"
-                    )
-                if _chunk_hash(found[0]) != digest:
-                    raise CorruptFolderError(
-                        f"{self.path}: snapshot leaf {number} chunk {digest_hex} "
-                        "does not match its hash (run `earm retriever repair`)"
-                    )
-                pieces.append(found[0])
-            data = b"".join(pieces)
-            dtype, shape = np.dtype(entry["dtype"]), tuple(entry["shape"])
-            if len(data) != dtype.itemsize * int(np.prod(shape, dtype=np.int64)):
-                raise CorruptFolderError(
-                    f"{self.path}: snapshot leaf {number} holds {len(data)} bytes, "
-                    f"not a {dtype} array of shape {shape}"
-                )
-            leaves.append(np.frombuffer(data, dtype).reshape(shape).copy())
-        names = [entry.get("name") for entry in manifest]
-        return (
-            int(seq),
-            int(num_queries),
-            config,
-            leaves,
-            None if None in names else names,
-        )
-
-    def drop_snapshots(self) -> None:
-        with self.transaction() as db:
-            db.execute("DELETE FROM snapshots")
-            db.execute("DELETE FROM chunks")
-
     def findings(self) -> list[tuple[str, str]]:
         """Every damaged row of the journal as ``(kind, message)``, the message
         naming its table, row and what is wrong; ``kind`` is one of
@@ -780,7 +590,7 @@ class Journal:
                     )
                 )
         for digest, data in self._db.execute("SELECT hash, data FROM chunks"):
-            if _chunk_hash(bytes(data)) != bytes(digest):
+            if chunk_hash(bytes(data)) != bytes(digest):
                 found.append(
                     (
                         "chunk",
