@@ -25,6 +25,7 @@ from earm_jax.locomo.evidence import STAND_IN_NOTE, EvidenceNoise
 from earm_jax.locomo.memories import build_memories
 from earm_jax.locomo.report import locomo_summary
 from earm_jax.locomo.streams import build_streams
+from earm_jax.settings import EarmSettings
 
 SCORERS = ("evidence", "vllm", "cross-encoder")
 """What answers the anchors: the evidence stand-in, a vLLM server, or a local
@@ -54,8 +55,8 @@ class LocomoJob:
     ks: tuple[int, ...] = (10, 20)
     ranks: tuple[int, ...] = (8,)
     seeds: tuple[int, ...] = (0,)
-    solver: str = "als"
-    num_sweeps: int = 3
+    solver: str = EarmSettings.solver
+    num_sweeps: int = EarmSettings.num_sweeps
     high_fraction: float = 0.1
     pool_size: int = 200
     model: str | None = None

@@ -178,7 +178,11 @@ def test_finds_the_evidence_and_ranks_it_first():
     ledger, info = policy.score_query(policy.init(), query, lambda mask: truth)
     assert int(info.rounds) == 2 and int(info.calls) == 6
     assert int(jnp.argmax(info.scores)) == 5
-    # A direct "no" sinks below the unscored candidates.
+    # The default merge keeps a direct "no" above the unscored candidates;
+    # confident_no sinks it below them.
+    assert float(info.scores[0]) > float(info.scores[10])
+    sinking = ad.adaptive_policy(config._replace(merge="confident_no"))
+    _, info = sinking.score_query(sinking.init(), query, lambda mask: truth)
     assert float(info.scores[0]) < float(info.scores[10])
 
 

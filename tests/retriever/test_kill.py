@@ -52,6 +52,19 @@ def _wait_ready(process, timeout=300.0):
         pytest.fail(f"worker did not open the folder: {line!r}\n{err[-3000:]}")
 
 
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _wait_for_progress(log: Path, before: int, timeout: float = 60.0) -> None:
+    """Waits until the worker logged something after it started, so a slow
+    machine still kills workers that were doing work (the kill moment stays
+    random: the random sleep came first)."""
+    deadline = time.monotonic() + timeout
+    while _lines(log) <= before and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def _possibly_forgotten(records) -> set[str]:
     """Every text of every memory a delete was asked for (applied or cut off
     by a kill): a delete forgets those texts' paid scores."""
@@ -95,7 +108,9 @@ def test_kill_9_at_random_moments_loses_nothing(
         process = _start(folder, log, paid, number, env)
         _wait_ready(process)  # the worker checked every acknowledged write
         if number < trials:
+            before = _lines(log)
             time.sleep(rng.uniform(0.0, max_wait))
+            _wait_for_progress(log, before)
         process.send_signal(signal.SIGKILL)
         _, err = process.communicate()
         assert process.returncode == -signal.SIGKILL, err[-3000:]
