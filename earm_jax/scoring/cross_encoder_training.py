@@ -76,7 +76,9 @@ class TrainingSettings:
         bfloat16 where the CPU has it natively (:func:`resolve_precision`).
       max_steps: stop after this many steps (0: no cap): the time budget. At
         the default (500 steps of 64 pairs) one model trains in about 25-30
-        minutes on 2 CPU cores, whether it sees 4 or 7 LoCoMo conversations.
+        minutes on 2 CPU cores with native bfloat16, whether it sees 4 or 7
+        LoCoMo conversations; in float32 on AVX2-only cores a step takes
+        about 7-8 s (500 steps: about an hour; 200: about 27 minutes).
       seed: torch and sampling seed.
       num_threads: torch CPU threads (``None``: torch's default).
       chunk_size: pairs per forward pass within a step; a step's pairs are
