@@ -1,4 +1,4 @@
-r"""Adaptive, multi-round anchor scoring under a hard call budget (issue 10).
+r"""Adaptive, multi-round anchor scoring under a hard call budget.
 
 A query is scored in up to ``len(round_sizes)`` rounds of growing size (default
 5, 15, 45, 135 candidates, in similarity order). Before each round the policy
@@ -43,7 +43,7 @@ is scored (within the ledger); after it, a round is cut to the calls the carry
 cap would otherwise discard ("use it or lose it"), so an easy query stops after
 its first round while calls are scarce, and spends what would be lost when they
 are not. One noisy false hit (at noise 0.3, :math:`q \approx 1/2`) does not
-settle a query. Other rules (a paced price per call, the previous "settle_or_overflow")
+settle a query. Other rules (a paced price per call, "settle_or_overflow")
 are kept in :data:`STOP_RULES` as measured negatives.
 
 **Ranking** (default ``merge="answers_first"``): every direct answer ranks

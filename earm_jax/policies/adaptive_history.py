@@ -1,4 +1,4 @@
-r"""The adaptive policy with the experience matrix beside it (issue 10).
+r"""The adaptive policy with the experience matrix beside it.
 
 The adaptive policy (:mod:`earm_jax.policies.adaptive`) decides which
 candidates to pay for; the causal online solver (:mod:`earm_jax.core.online`)
