@@ -135,7 +135,7 @@ def test_plots_without_results(capsys, tmp_path):
     line = _error(capsys, ["plots", "--results", str(tmp_path / "none")])
     assert "is not a folder" in line
     line = _error(capsys, ["plots", "--results", str(tmp_path)])
-    assert "no result JSON" in line
+    assert "figures.json" in line and "does not exist" in line
 
 
 def test_serve_scorer_checks_its_python(capsys, tmp_path):
