@@ -116,10 +116,15 @@ def test_the_order_model_is_the_ridge_fit_of_the_posterior_on_the_features():
     assert int(info.calls.sum()) > 0 and np.abs(gram[2]).sum() > 0
 
 
-def test_the_learned_order_moves_only_the_unscored_between_the_tiers():
+@pytest.mark.parametrize("merge", ["confident_no", "answers_first"])
+def test_the_learned_order_moves_only_the_unscored_between_the_tiers(merge):
     """Weights that favour the memory bias reorder the unscored by it; a clean
-    "yes" stays above and a clean "no" below every unscored candidate."""
-    policy = ad.adaptive_policy(CONFIG._replace(call_budget=1.0, round_sizes=(4,)))
+    "yes" stays above every unscored candidate, and a clean "no" below them
+    under ``confident_no`` but above them under ``answers_first`` (every paid
+    answer outranks every unscored candidate)."""
+    policy = ad.adaptive_policy(
+        CONFIG._replace(call_budget=1.0, round_sizes=(4,), merge=merge)
+    )
     query = Query(
         jnp.arange(POOL, dtype=jnp.int32),
         -jnp.arange(POOL, dtype=jnp.float32),
@@ -136,7 +141,10 @@ def test_the_learned_order_moves_only_the_unscored_between_the_tiers():
     order = unscored[np.argsort(-scores[unscored], kind="stable")]
     assert list(order[:2]) == [12, 13]
     assert scores[0] > scores[unscored].max()
-    assert scores[1:4].max() < scores[unscored].min()
+    if merge == "confident_no":
+        assert scores[1:4].max() < scores[unscored].min()
+    else:
+        assert scores[1:4].min() > scores[unscored].max()
     # Without weights (a fresh ledger) the unscored keep similarity order.
     _, fresh = policy.score_query(
         policy.init(), query, lambda mask: answers, None, bias
