@@ -16,7 +16,9 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def train_scorer(
-    out: Annotated[Path, typer.Option(help="Output folder (new or empty).")],
+    out: Annotated[
+        Path, typer.Option(help="Output folder (new or empty; see --resume).")
+    ],
     data: Annotated[
         Path | None,
         typer.Option(
@@ -88,6 +90,13 @@ def train_scorer(
     cache_dir: Annotated[
         Path | None, typer.Option(help="Embedding cache (default $EARM_CACHE_DIR).")
     ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            help="Continue a stopped build in --out (every other option as it "
+            "was): finished folds are kept, written models are not retrained."
+        ),
+    ] = False,
     quiet: Annotated[bool, typer.Option(help="No progress lines (stderr).")] = False,
 ) -> None:
     """Fine-tune a cross-encoder from MiniLM on LoCoMo (question, memory,
@@ -124,6 +133,7 @@ def train_scorer(
             ),
             cache_dir=str(cache_dir) if cache_dir else None,
             score_cache=str(score_cache) if score_cache else None,
+            resume=resume,
         )
         job.validate()
     with user_errors(
@@ -136,7 +146,7 @@ def train_scorer(
         return "n/a" if value is None else f"{value:.3f}"
 
     for fold in manifest["folds"]:
-        quality = fold.get("held_out_quality") or fold["held_back_quality"]
+        quality = fold.get("held_out_quality") or fold.get("held_back_quality", {})
         where = "held out" if fold.get("held_out_quality") else "held-back questions"
         for setting, row in quality.items():
             recall = row["recall@10"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,11 @@ class TrainScorerJob:
       cache_dir: embedding cache (None: the default).
       score_cache: the SQLite score cache held-out scores go to (None:
         ``$EARM_CACHE_DIR/scores.sqlite``).
+      resume: continue a stopped build in ``out``: the folds its manifest
+        records are kept (their held-out pools come back from the score
+        cache), a fold whose model was written (``fold-<k>.json``) is scored
+        without training again, the rest are trained. Every other field must
+        equal the stopped build's.
     """
 
     data: str
@@ -115,6 +121,7 @@ class TrainScorerJob:
     training: TrainingSettings = TrainingSettings()
     cache_dir: str | None = None
     score_cache: str | None = None
+    resume: bool = False
 
     def validate(self) -> None:
         """Raises ``ValueError`` naming the first bad field."""
@@ -139,11 +146,55 @@ class TrainScorerJob:
                 f"validation_fraction must be in (0, 1), got {self.validation_fraction}"
             )
         out = Path(self.out)
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise ValueError(f"out {self.out!r} exists and is not an empty folder")
+        if self.resume:
+            self.stopped_manifest()
+        elif out.exists() and (not out.is_dir() or any(out.iterdir())):
+            hint = (
+                " (a stopped build: add --resume to continue it)"
+                if (out / MANIFEST_NAME).is_file()
+                else ""
+            )
+            raise ValueError(
+                f"out {self.out!r} exists and is not an empty folder{hint}"
+            )
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def stopped_manifest(self) -> dict[str, Any]:
+        """The manifest of the stopped build ``resume`` continues.
+
+        Raises:
+          ValueError: naming ``resume`` when ``out`` holds no stopped build of
+            this job (no manifest, a finished build, or other settings).
+        """
+        path = Path(self.out) / MANIFEST_NAME
+        if not path.is_file():
+            raise ValueError(
+                f"resume: {str(path)!r} does not exist (nothing to resume)"
+            )
+        manifest = json.loads(path.read_text())
+        if manifest.get("complete") is not False:
+            raise ValueError(f"resume: the build in {self.out!r} is already complete")
+        if _settings_of(manifest.get("job")) != _settings_of(self.to_json()):
+            raise ValueError(
+                f"resume: the build in {self.out!r} was started with other "
+                "settings (every option must equal the stopped build's)"
+            )
+        return manifest
+
+
+FOLD_RECORD = "{name}.json"
+"""Written beside a fold's folder once its model is (outside it, so the
+model's identity and the score cache's keys do not change): what ``resume``
+keeps of a fold that was not finished."""
+
+
+def _settings_of(job: dict[str, Any] | None) -> Any:
+    """A job's fields as JSON, without ``resume``."""
+    if not isinstance(job, dict):
+        return None
+    return json.loads(json.dumps({k: v for k, v in job.items() if k != "resume"}))
 
 
 def file_digests(data: str) -> dict[str, str]:
@@ -248,6 +299,21 @@ def _score_pools(
     return answers
 
 
+def _held_back(
+    job: TrainScorerJob, data: _Data, training_ids: list[str]
+) -> dict[str, np.ndarray]:
+    """The seeded questions of each training conversation held back for
+    calibration (the same on a resumed build)."""
+    return {
+        sample: validation_questions(
+            len(data.conversation(sample).queries()),
+            job.validation_fraction,
+            job.training.seed + index,
+        )
+        for index, sample in enumerate(training_ids)
+    }
+
+
 def _train_fold(
     job: TrainScorerJob,
     data: _Data,
@@ -258,14 +324,7 @@ def _train_fold(
 ) -> tuple[Path, dict[str, Any], dict[str, np.ndarray]]:
     """Trains, calibrates and writes one fold; returns its folder, its
     manifest entry and the held-back questions of each training conversation."""
-    held_back = {
-        sample: validation_questions(
-            len(data.conversation(sample).queries()),
-            job.validation_fraction,
-            job.training.seed + index,
-        )
-        for index, sample in enumerate(training_ids)
-    }
+    held_back = _held_back(job, data, training_ids)
     groups = [
         group
         for setting in job.settings
@@ -346,6 +405,32 @@ def _train_fold(
     return folder, entry, held_back
 
 
+def _check_kept_fold(
+    entry: dict[str, Any],
+    folder: Path,
+    training_ids: list[str],
+    held: list[str],
+    data: _Data,
+) -> None:
+    """Refuses a kept fold whose model or conversations changed since."""
+    from earm_jax.store.embeddings import model_identity
+
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"resume: the model folder {str(folder)!r} is missing")
+    if model_identity(folder) != entry.get("model_identity"):
+        raise ValueError(
+            f"resume: the model in {str(folder)!r} changed since it was recorded"
+        )
+    expected = [_entry(data.conversation(s)) for s in training_ids]
+    if entry.get("trained_on") != expected or entry.get("held_out") != [
+        _entry(data.conversation(s)) for s in held
+    ]:
+        raise ValueError(
+            f"resume: {entry.get('name')} was built on other conversations "
+            "(or the data changed)"
+        )
+
+
 def _default_base_model() -> Path:
     from earm_jax.store.embeddings import default_model_path
 
@@ -415,6 +500,11 @@ def run_train_scorer(
         },
     )
     Path(job.out).mkdir(parents=True, exist_ok=True)
+    finished = (
+        {fold["name"]: fold for fold in job.stopped_manifest()["folds"]}
+        if job.resume
+        else {}
+    )
     everyone = [c.sample_id for c in conversations]
     held_groups = assign_folds(conversations, job.folds) if job.folds > 1 else [[]]
     cache_path = job.score_cache or str(default_cache_dir() / SCORE_CACHE_NAME)
@@ -425,23 +515,38 @@ def run_train_scorer(
         fold_started = time.perf_counter()
         name = f"fold-{index}"
         training_ids = [s for s in everyone if s not in held]
-        folder, entry, held_back = _train_fold(
-            job, data, name, training_ids, embedder.identity, progress
-        )
-        entry["model_identity"] = model_identity(folder)
-        entry["held_out"] = [_entry(data.conversation(s)) for s in held]
+        record = Path(job.out) / FOLD_RECORD.format(name=name)
+        kept = finished.get(name)
+        if kept is None and job.resume and record.is_file():
+            kept = json.loads(record.read_text())
+        if kept is not None:
+            folder = Path(job.out) / kept["folder"]
+            entry = dict(kept)
+            _check_kept_fold(entry, folder, training_ids, held, data)
+            held_back = _held_back(job, data, training_ids)
+            progress.note(f"{name}: kept from the stopped build")
+        else:
+            folder, entry, held_back = _train_fold(
+                job, data, name, training_ids, embedder.identity, progress
+            )
+            entry["model_identity"] = model_identity(folder)
+            entry["held_out"] = [_entry(data.conversation(s)) for s in held]
+            write_json(record, entry)
         scorer = model_scorer(folder, job.scoring, embedder)
-        fold_back = _Answers({s: {} for s in job.settings})
-        for setting in job.settings:
-            for sample in training_ids:
-                answers = _score_pools(
-                    scorer, data.stream(setting, sample), held_back[sample]
-                )
-                fold_back.by_setting[setting][sample] = answers
-                held_back_answers.by_setting[setting][sample] = answers
-        entry["held_back_quality"] = {
-            setting: fold_back.quality(data, setting) for setting in job.settings
-        }
+        # A fold the stopped build finished already measured its held-back
+        # questions; they matter again only for a one-fold profile.
+        if name not in finished or job.folds == 1:
+            fold_back = _Answers({s: {} for s in job.settings})
+            for setting in job.settings:
+                for sample in training_ids:
+                    answers = _score_pools(
+                        scorer, data.stream(setting, sample), held_back[sample]
+                    )
+                    fold_back.by_setting[setting][sample] = answers
+                    held_back_answers.by_setting[setting][sample] = answers
+            entry["held_back_quality"] = {
+                setting: fold_back.quality(data, setting) for setting in job.settings
+            }
         if held:
             cached = CachedScorer(scorer, ScoreCache(cache_path))
             fold_out = _Answers({s: {} for s in job.settings})
@@ -465,18 +570,20 @@ def run_train_scorer(
                 setting: fold_out.quality(data, setting) for setting in job.settings
             }
         scorer.close()
-        entry["seconds"] = round(time.perf_counter() - fold_started, 1)
-        report, calibration = entry["training"], entry["calibration"]
-        calibrated = (
-            "not calibrated (no relevant pair among the held-back questions)"
-            if calibration is None
-            else f"calibrated as sigmoid({calibration['scale']:.3f} x logit "
-            f"{calibration['shift']:+.3f})"
-        )
-        progress.note(
-            f"{name} done in {duration(entry['seconds'])}: loss "
-            f"{report['first_loss']:.3f} -> {report['last_loss']:.3f}, {calibrated}"
-        )
+        if kept is None:
+            entry["seconds"] = round(time.perf_counter() - fold_started, 1)
+            report, calibration = entry["training"], entry["calibration"]
+            calibrated = (
+                "not calibrated (no relevant pair among the held-back questions)"
+                if calibration is None
+                else f"calibrated as sigmoid({calibration['scale']:.3f} x logit "
+                f"{calibration['shift']:+.3f})"
+            )
+            progress.note(
+                f"{name} done in {duration(entry['seconds'])}: loss "
+                f"{report['first_loss']:.3f} -> {report['last_loss']:.3f}, "
+                f"{calibrated}"
+            )
         folds.append(entry)
         # A build stopped later keeps its finished folds usable: their
         # held-out conversations can be evaluated, the rest are refused.
@@ -507,4 +614,10 @@ def run_train_scorer(
     return manifest
 
 
-__all__ = ["SCORE_CACHE_NAME", "TrainScorerJob", "file_digests", "run_train_scorer"]
+__all__ = [
+    "FOLD_RECORD",
+    "SCORE_CACHE_NAME",
+    "TrainScorerJob",
+    "file_digests",
+    "run_train_scorer",
+]

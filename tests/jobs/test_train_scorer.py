@@ -3,6 +3,7 @@ fold each conversation is scored by."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -117,3 +118,70 @@ def test_a_stopped_build_keeps_its_finished_folds(
         choice = folder.choose(conversation_digest(conversation))
         assert choice.known
         assert choice.in_sample == (conversation.sample_id not in held)
+
+    # Resumed with other settings: refused, naming the option.
+    with pytest.raises(ValueError, match="resume: .* other settings"):
+        dataclasses.replace(job, resume=True, limit=5).validate()
+    with pytest.raises(ValueError, match="--resume"):
+        job.validate()
+    # Resumed as it was: fold 0 is kept (same model), fold 1 is trained.
+    kept_identity = folder.folds[0]["model_identity"]
+    manifest = run_train_scorer(dataclasses.replace(job, resume=True))
+    assert calls == ["fold-0", "fold-1", "fold-1"]
+    assert manifest["complete"] is True
+    assert [fold["model_identity"] for fold in manifest["folds"]][0] == kept_identity
+    assert manifest["cross_fitted_quality"]["turns"]["queries"] == 8
+    with pytest.raises(ValueError, match="already complete"):
+        dataclasses.replace(job, resume=True).validate()
+
+
+def test_a_build_stopped_while_scoring_is_not_trained_again(
+    locomo_path, embedding_cache_dir, tmp_path, monkeypatch
+):
+    """A fold whose model was written (its ``fold-<k>.json``) but whose held-out pools
+    were not all scored is scored on resume, not trained again."""
+    import earm_jax.jobs.train_scorer as train_scorer
+    from earm_jax.jobs.train_scorer import FOLD_RECORD, run_train_scorer
+    from earm_jax.scoring.cross_encoder_training import TrainingSettings
+
+    real_train, real_scores = train_scorer._train_fold, train_scorer.scorer_scores
+    trained, scored = [], []
+
+    def counting_train(*args, **kwargs):
+        trained.append(args[2])
+        return real_train(*args, **kwargs)
+
+    def stop_at_the_second_pool(*args, **kwargs):
+        scored.append(1)
+        if len(scored) == 2:
+            raise KeyboardInterrupt
+        return real_scores(*args, **kwargs)
+
+    monkeypatch.setattr(train_scorer, "_train_fold", counting_train)
+    monkeypatch.setattr(train_scorer, "scorer_scores", stop_at_the_second_pool)
+    out = tmp_path / "scorer"
+    job = TrainScorerJob(
+        data=str(locomo_path),
+        out=str(out),
+        conversations=("26", "30"),
+        limit=4,
+        folds=2,
+        validation_fraction=0.5,
+        training=TrainingSettings(
+            max_steps=1, group_size=4, hard_negatives=2, groups_per_step=1
+        ),
+        cache_dir=str(embedding_cache_dir),
+        score_cache=str(tmp_path / "scores.sqlite"),
+    )
+    with pytest.raises(KeyboardInterrupt):
+        run_train_scorer(job)
+    assert trained == ["fold-0", "fold-1"]
+    assert (out / FOLD_RECORD.format(name="fold-1")).is_file()
+    monkeypatch.setattr(train_scorer, "scorer_scores", real_scores)
+    manifest = run_train_scorer(dataclasses.replace(job, resume=True))
+    assert trained == ["fold-0", "fold-1"]
+    assert manifest["complete"] is True
+    assert [fold["name"] for fold in manifest["folds"]] == ["fold-0", "fold-1"]
+    assert all(
+        fold["held_out_quality"]["turns"]["pairs"] > 0 for fold in manifest["folds"]
+    )
