@@ -13,6 +13,7 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.m
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.locomo,  # the trained-scorer profile is fitted on LoCoMo
     # nbclient/jupyter_client emit deprecation noise from their own internals.
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
     pytest.mark.filterwarnings("ignore::RuntimeWarning:zmq.*"),
@@ -20,8 +21,13 @@ pytestmark = [
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_executes(path, tmp_path, monkeypatch):
+def test_notebook_executes(path, tmp_path, monkeypatch, trained_scorer):
+    folder, _, manifest = trained_scorer
     monkeypatch.setenv("EARM_NOTEBOOK_SIZE", "small")
+    # A real (tiny) trained scorer's profile for the trained-errors section.
+    monkeypatch.setenv(
+        "EARM_SCORER_PROFILE", str(folder / manifest["profiles"]["turns"])
+    )
     monkeypatch.setenv("MPLBACKEND", "Agg")
     notebook = jupytext.read(path)
     client = NotebookClient(
@@ -38,3 +44,4 @@ def test_notebook_executes(path, tmp_path, monkeypatch):
         for output in cell.get("outputs", [])
     ]
     assert any("notebook grid:" in text for text in outputs)
+    assert not any("section 4 skipped" in text for text in outputs)
