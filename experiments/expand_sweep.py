@@ -6,9 +6,9 @@ completion gate ``min_score`` are applied afterwards. That is exact: the slots
 are in descending completion order, so the gated top ``E`` is the prefix of the
 ungated list that passes the gate. Scores: the evidence stand-in (not an LLM).
 
-    python benchmarks/expand_sweep.py --data ../shared/data/locomo \
+    python experiments/expand_sweep.py --data ../shared/data/locomo \
         --points turns:0.1,turns:0.3,observations:0.1,observations:0.3 \
-        --out benchmarks/results/expand_sweep.json
+        --out experiments/results/expand_sweep.json
 """
 
 from __future__ import annotations

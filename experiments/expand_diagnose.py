@@ -6,7 +6,7 @@ reaches the top 10 is classed by the memory's past direct scores (before the
 query): its best past score, and whether it was ever scored relevant-like
 (>= 0.5). Prints the shares and the completion / memory-bias levels.
 
-    python benchmarks/expand_diagnose.py --setting turns --noise 0.1
+    python experiments/expand_diagnose.py --setting turns --noise 0.1
 """
 
 from __future__ import annotations

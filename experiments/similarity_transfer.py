@@ -21,7 +21,7 @@ Each is measured under two anchor sets: the paper's stratified anchors
 (``mixed``) and Top-similarity anchors (``top_similarity + completion``), with
 Recall@10, nDCG@10 and MRR, paired 95% bootstrap CIs over questions.
 
-    python benchmarks/similarity_transfer.py --data ../shared/data/locomo \\
+    python experiments/similarity_transfer.py --data ../shared/data/locomo \\
         [--setting observations] [--noise 0.3] [--graded 0.5]
 """
 
@@ -92,7 +92,7 @@ def transfer_scores(query_vectors, candidates, answers, anchors, num_memories):
 
 def main(argv: list[str] | None = None) -> dict:
     parser = locomo_arguments(
-        __doc__.splitlines()[0], "benchmarks/results/similarity_transfer.json"
+        __doc__.splitlines()[0], "experiments/results/similarity_transfer.json"
     )
     parser.add_argument("--graded", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)

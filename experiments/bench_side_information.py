@@ -16,19 +16,22 @@ ratios. Memory per stream: the bytes of each state pytree (the solver state;
 the side model's normal equations ``(D+1)^2``, weights and two ``M``-vectors)
 and of the embeddings it reads (``(M + T) x D`` floats).
 
-    python benchmarks/bench_side_information.py \
-        --out benchmarks/results/side_information_cost_cpu.json
+    python experiments/bench_side_information.py \
+        --out experiments/results/side_information_cost_cpu.json
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import jax
-from _common import metadata, print_table, write_json
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._common import metadata, print_table, write_json  # noqa: E402
 from earm_jax.core.online import online_solver
 from earm_jax.core.run import run
 from earm_jax.core.side_information import side_information

@@ -7,7 +7,7 @@ completion for the rest and "observed_backfill" = the Top-similarity policy, and
 reports their paired difference with bootstrap CIs. Scores: the evidence
 stand-in (not an LLM).
 
-    python benchmarks/completion_on_top_similarity.py --data ../shared/data/locomo
+    python experiments/completion_on_top_similarity.py --data ../shared/data/locomo
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from benchmarks._common import locomo_arguments, metadata, write_json  # noqa: E
 
 def main(argv: list[str] | None = None) -> dict:
     parser = locomo_arguments(
-        __doc__.splitlines()[0], "benchmarks/results/completion_on_top_similarity.json"
+        __doc__.splitlines()[0], "experiments/results/completion_on_top_similarity.json"
     )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

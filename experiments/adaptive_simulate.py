@@ -2,21 +2,23 @@
 streams (16 streams, key 0; not the streams of ``earm simulate``, which derives
 its keys differently), with AdaptiveConfig overrides, in ~30 s.
 
-    python benchmarks/adaptive_simulate.py [--config '{"merge": "evidence"}']
-        [--call-budget 0.25] [--out benchmarks/results/adaptive_simulate.json]
+    python experiments/adaptive_simulate.py [--config '{"merge": "evidence"}']
+        [--call-budget 0.25] [--out experiments/results/adaptive_simulate.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from adaptive_locomo import run_best  # noqa: E402  (same directory)
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.adaptive_locomo import run_best  # noqa: E402
 from earm_jax.eval import stats
 from earm_jax.eval.compare import anchors_first, usable_mask
 from earm_jax.eval.metrics import ranking_metrics
@@ -104,7 +106,7 @@ if __name__ == "__main__":
         Path(args.out).write_text(
             json.dumps(
                 {
-                    **provenance("python benchmarks/adaptive_simulate.py"),
+                    **provenance("python experiments/adaptive_simulate.py"),
                     "scorer": "simulated (truth + noise), not an LLM",
                     "args": vars(args),
                     "results": results,

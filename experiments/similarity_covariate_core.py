@@ -3,7 +3,7 @@ the exact joint fold-in of (c_t, v_t, β_t)) against the paper's fold-in, on
 LoCoMo with the evidence stand-in scorer (not an LLM), for the paper's anchors
 (Mixed) and for Top-similarity anchors + completion.
 
-    python benchmarks/similarity_covariate_core.py --data ../shared/data/locomo \\
+    python experiments/similarity_covariate_core.py --data ../shared/data/locomo \\
         [--setting observations] [--noise 0.3] [--graded 0.5]
 """
 
@@ -31,7 +31,7 @@ METRICS = ("recall@10", "ndcg@10", "mrr")
 
 def main(argv: list[str] | None = None) -> dict:
     parser = locomo_arguments(
-        __doc__.splitlines()[0], "benchmarks/results/similarity_covariate_core.json"
+        __doc__.splitlines()[0], "experiments/results/similarity_covariate_core.json"
     )
     parser.add_argument("--graded", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)

@@ -8,7 +8,7 @@ embedding time (cold vs cached). Writes the same as JSON.
 
 Usage::
 
-    python benchmarks/locomo_pool_stats.py [--data ../shared/data/locomo]
+    python experiments/locomo_pool_stats.py [--data ../shared/data/locomo]
         [--model PATH] [--cache-dir DIR] [--pool-size 200] [--out FILE.json]
 """
 
