@@ -44,7 +44,7 @@ def commands(name: str, quick: bool, out: Path) -> list[str] | None:
     script = str(REPO / "benchmarks")
     if name == "solver":
         size = (
-            ["--preset", "smoke", "--latency-t", "8", "32", "--streams", "1", "4"]
+            ["--preset", "smoke", "--latency-t", "8", "32", "--streams", "1"]
             if quick
             else ["--preset", "cpu"]
         )

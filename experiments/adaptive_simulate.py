@@ -1,4 +1,4 @@
-"""Issue 10: the adaptive policy against Top-similarity on default simulated
+"""The adaptive policy against Top-similarity on default simulated
 streams (16 streams, key 0; not the streams of ``earm simulate``, which derives
 its keys differently), with AdaptiveConfig overrides, in ~30 s.
 

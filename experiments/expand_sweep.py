@@ -1,4 +1,4 @@
-"""Search expansion (DESIGN §2.8) on LoCoMo: a sweep of slots E and the gate.
+"""Search expansion on LoCoMo: a sweep of slots E and the completion gate.
 
 One Mixed run (paper schedule, rank 8, ALS 3 sweeps, as ``earm locomo``) per
 (setting, noise) with ``E_max`` ungated expansion slots; smaller ``E`` and a

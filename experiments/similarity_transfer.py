@@ -1,4 +1,4 @@
-"""Issue 10, item 4: does a similarity covariate or a query-to-query transfer
+"""Does a similarity covariate or a query-to-query transfer
 term make completion better? (LoCoMo, evidence stand-in scorer, not an LLM.)
 
 The solver's completion is ``ŷ = μ + b_m + c_t + u_m·v_t``. Two additions are
