@@ -18,7 +18,8 @@ the machine, versions, commit and command; not a test.
     python benchmarks/bench_retriever.py --memories 1000 10000 --queries 10000 \
         --tenants 10 --tenant-queries 20000 \
         --out benchmarks/results/retriever_cpu.json
-    python benchmarks/bench_retriever.py --quick --out benchmarks/results/retriever_quick.json
+    python benchmarks/bench_retriever.py --quick \
+        --out benchmarks/results/retriever_quick.json
 """
 
 from __future__ import annotations

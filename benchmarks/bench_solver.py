@@ -51,7 +51,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import earm_jax as ej  # noqa: E402
-from benchmarks import baseline_c45063e, numpy_baseline  # noqa: E402
+from benchmarks import numpy_baseline  # noqa: E402
 from benchmarks._common import metadata, print_table, time_call, write_json  # noqa: E402
 from earm_jax.core import entry_log  # noqa: E402
 from earm_jax.core import model as solver_model  # noqa: E402
@@ -62,8 +62,6 @@ from earm_jax.eval.simulate import SimConfig, make_streams  # noqa: E402
 from earm_jax.policies import constant_budget, stratified_anchors  # noqa: E402
 
 SECTIONS = ("throughput", "latency", "numpy", "surprise", "roofline")
-# The frozen step of commit c45063e, run side by side with the current one.
-BASELINE = baseline_c45063e.register()
 # The current incremental step with ``run_batch(..., streams_per_chunk=C)``
 # (``--streams-per-chunk C``): a throughput row at every S above C.
 CHUNKED = "incremental_chunked"
@@ -91,10 +89,10 @@ PRESETS = {
         surprise_streams=2,
         surprise_queries=40,
     ),
-    # One H200 (or any large GPU): the issue's targets; the current step paired
-    # with c45063e's. The M sweep (to 100k memories) runs at sweep_streams.
+    # One large GPU. The M sweep (to 100k memories) runs at sweep_streams.
+    # A/B against an older commit: benchmarks/ab_commits.py.
     "gpu": dict(
-        solvers=["incremental", BASELINE],
+        solvers=["incremental"],
         memories=1000,
         pool=200,
         rank=8,
@@ -113,30 +111,6 @@ PRESETS = {
         numpy_measured=2,
         surprise_streams=2,
         surprise_queries=40,
-    ),
-    # Issue 12: the current step paired with c45063e's in one run (2 cores).
-    "paired": dict(
-        solvers=["incremental", BASELINE],
-        memories=1000,
-        pool=200,
-        rank=8,
-        queries=40,
-        streams=[16, 64, 256, 1024],
-        sweep_streams=64,
-        sweep_memories=[],
-        sweep_pools=[],
-        sweep_ranks=[],
-        call_budget=60.0,
-        repeats=5,
-        latency_t=[100, 1000, 10000],
-        latency_repeats=60,
-        als_latency_budget=5.0,
-        numpy_streams=64,
-        numpy_measured=2,
-        numpy_rounds=9,
-        surprise_streams=2,
-        surprise_queries=40,
-        streams_per_chunk=64,
     ),
     # Seconds, for the smoke test: every code path, tiny shapes.
     "smoke": dict(
@@ -210,16 +184,14 @@ def simulated(seed: int, memories: int, pool: int, queries: int, streams: int):
 
 
 def paper_policy_for(name: str, pool: int) -> ej.Policy:
-    """The paper policy; for the frozen baseline, with its own samplers."""
-    if name == BASELINE:
-        return baseline_c45063e.baseline_policy(pool_size=pool)
+    """The paper policy (every solver runs the same one)."""
+    del name
     return ej.paper_policy(pool_size=pool)
 
 
 def tracing(name: str):
-    """Context for lowering ``name``: the baseline traces c45063e's fold-in."""
-    if name == BASELINE:
-        return baseline_c45063e.frozen_fold_in()
+    """Context for lowering ``name`` (none is needed today)."""
+    del name
     return contextlib.nullcontext()
 
 
@@ -331,19 +303,19 @@ def bench_throughput(p: dict, log) -> dict:
         by_name = {
             n: record(n, *shape, num_streams, "S", times[n], prepared[n]) for n in names
         }
-        if BASELINE in by_name:
-            base = times[BASELINE]
-            for name, row in by_name.items():
-                if name != BASELINE:
-                    pairs = list(zip(base, times[name], strict=False))
-                    row["ratio_to_baseline_by_round"] = [b / c for b, c in pairs]
+        if "incremental" in by_name and CHUNKED in by_name:
+            base = times["incremental"]
+            pairs = list(zip(base, times[CHUNKED], strict=False))
+            by_name[CHUNKED]["ratio_to_incremental_by_round"] = [
+                b / c for b, c in pairs
+            ]
         for name in names:
             if max(times[name]) > p["call_budget"]:
                 slowest = max(times[name])
                 log(f"  {name}: stop the S sweep (one call took {slowest:.1f} s)")
                 stopped.add(name)
         del prepared
-    for name in [n for n in p["solvers"] if n not in (BASELINE, CHUNKED)]:  # sweeps
+    for name in [n for n in p["solvers"] if n != CHUNKED]:  # sweeps
         base = (p["memories"], p["pool"], p["rank"])
         sweeps = (
             [("M", (m, base[1], base[2])) for m in p["sweep_memories"]]
@@ -414,10 +386,6 @@ def bench_latency(p: dict, log) -> dict:
     pool, memories, rank = p["pool"], p["memories"], p["rank"]
     per_row = max(1, round(0.175 * pool))  # the paper's steady-state budget
     policy = ej.Policy(budget=constant_budget(per_row), anchors=stratified_anchors(0.1))
-    baseline_policy = ej.Policy(
-        budget=constant_budget(per_row),
-        anchors=baseline_c45063e.stratified_anchors(0.1),
-    )
     reps = p["latency_repeats"]
     stopped: set[str] = set()
     for t in p["latency_t"]:  # t outer: paired solvers run back to back
@@ -428,9 +396,7 @@ def bench_latency(p: dict, log) -> dict:
             config = solver_config(
                 name, memories, pool, rank, t + reps + 4, policy.budget
             )
-            solver = ej.online_solver(
-                config, baseline_policy if name == BASELINE else policy
-            )
+            solver = ej.online_solver(config, policy)
             state = _block(history_state(solver, jax.random.key(t), t, per_row))
             candidates = np.stack(
                 [rng.choice(memories, pool, replace=False) for _ in range(reps + 2)]
@@ -566,7 +532,7 @@ def bench_numpy(p: dict, log) -> dict:
             num_memories=p["memories"],
             capacity=p["queries"],
             rank=p["rank"],
-            solver="incremental" if name == BASELINE else name,
+            solver=name,
             num_sweeps=config.num_sweeps,
             refresh_rows=config.refresh_rows,
         )
@@ -861,7 +827,7 @@ def bench_roofline(p: dict, throughput: dict | None, log) -> dict:
             cost["bytes"] += (config.num_sweeps - 1) * sweep_cost["bytes"]
         per_query = {k: v / num_streams for k, v in cost.items()}
         analytic = analytic_flops(
-            "incremental" if name == BASELINE else name,
+            name,
             memories,
             pool,
             rank,
@@ -990,51 +956,11 @@ def main(argv: list[str] | None = None) -> dict:
     if "roofline" in args.sections:
         log("FLOPs and bytes per step")
         payload["roofline"] = bench_roofline(p, payload.get("throughput"), log)
-    if BASELINE in p["solvers"]:
-        payload["paired"] = paired_ratios(payload)
     payload["meta"]["total_seconds"] = time.perf_counter() - started
     payload["meta"]["load_average_after"] = os.getloadavg()
     report(payload)
     write_json(payload, args.out)
     return payload
-
-
-def paired_ratios(payload: dict) -> dict:
-    """Current step / frozen c45063e step, measured in this run."""
-    out: dict = {}
-    if "throughput" in payload:
-        rows = [r for r in payload["throughput"]["rows"] if r["sweep"] == "S"]
-        rate = {(r["solver"], r["S"]): r["stream_queries_per_s"] for r in rows}
-        out["throughput_speedup_by_S"] = {
-            s: rate[("incremental", s)] / rate[(BASELINE, s)]
-            for (name, s) in rate
-            if name == "incremental" and (BASELINE, s) in rate
-        }
-        # The median of the per-round ratios (calls alternating, same load).
-        out["throughput_speedup_by_S_rounds"] = {
-            r["S"]: statistics.median(r["ratio_to_baseline_by_round"])
-            for r in rows
-            if r["solver"] == "incremental" and r.get("ratio_to_baseline_by_round")
-        }
-        # The current step run in chunks of streams, against c45063e's.
-        out["chunked_speedup_by_S_rounds"] = {
-            r["S"]: statistics.median(r["ratio_to_baseline_by_round"])
-            for r in rows
-            if r["solver"] == CHUNKED and r.get("ratio_to_baseline_by_round")
-        }
-    if "latency" in payload:
-        rows = payload["latency"]["rows"]
-        p50 = {(r["solver"], r["t"]): r["p50_ms"] for r in rows}
-        out["latency_p50_speedup_by_t"] = {
-            t: p50[(BASELINE, t)] / p50[("incremental", t)]
-            for (name, t) in p50
-            if name == "incremental" and (BASELINE, t) in p50
-        }
-    if "numpy" in payload:
-        out["numpy_speedup"] = {
-            r["solver"]: r["speedup"] for r in payload["numpy"]["rows"]
-        }
-    return out
 
 
 def report(payload: dict) -> None:
@@ -1068,8 +994,6 @@ def report(payload: dict) -> None:
                 f"  {name}: p50(t={ratio['t_last']}) / p50(t={ratio['t_first']}) = "
                 f"{ratio['p50_ratio']:.3g}"
             )
-    if "paired" in payload:
-        print(f"paired with {BASELINE}: {payload['paired']}")
     if "numpy" in payload:
         print_table(
             payload["numpy"]["rows"],

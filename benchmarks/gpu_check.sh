@@ -12,9 +12,8 @@
 #    step's structure (while loops, no history copies) and the anchors ==
 #    the argsort samplers (TF32 would fail the reference checks: the solver asks
 #    for HIGHEST precision in its small matmuls);
-# 2. throughput of jit(run_batch) vs S = 1 .. 4,096, the current incremental
-#    step paired with the frozen step of commit c45063e in the same process
-#    (benchmarks/baseline_c45063e.py), with HLO op counts per step;
+# 2. throughput of jit(run_batch) vs S = 1 .. 4,096 with HLO op counts per
+#    step (an A/B against an older commit: benchmarks/ab_commits.py);
 # 3. throughput vs M = 5,000 / 20,000 / 100,000 memories at S = 256 (the
 #    gathered memory-solve path takes over above M = 2 W K = 3,600);
 # 4. latency of one donated step vs history t = 100 .. 10,000, and the bound
@@ -53,7 +52,7 @@ stage tests 150 "$PY" -m pytest -q -x -p no:cacheprovider \
   tests/core/test_batch_and_compilation.py tests/core/test_incremental.py \
   tests/core/test_step_hlo.py tests/policies/test_anchors_exact.py
 
-# 2. throughput vs S, paired with c45063e.
+# 2. throughput vs S.
 stage throughput_S 150 "$PY" benchmarks/bench_solver.py --preset gpu \
   --sections throughput --sweep-memories \
   --out "$OUT/solver_gpu_throughput_S.json"
@@ -64,7 +63,7 @@ stage throughput_M 90 "$PY" benchmarks/bench_solver.py --preset gpu \
   --sweep-memories 5000 20000 100000 --sweep-streams 256 \
   --out "$OUT/solver_gpu_throughput_M.json"
 
-# 4. latency vs history (paired) and the bound.
+# 4. latency vs history and the bound.
 stage latency 60 "$PY" benchmarks/bench_solver.py --preset gpu \
   --sections latency roofline --out "$OUT/solver_gpu_latency.json"
 

@@ -72,7 +72,7 @@ class Stream(NamedTuple):
         retriever missed (the recall denominator); ``None`` means ``relevant.sum(-1)``.
       category: ``int32[T]`` an optional per-query label (e.g. LoCoMo category id).
       relevant_memories: ``bool[T, M]`` optional ground truth over every memory
-        row, in the pool or not (labels for search expansion, DESIGN §2.8);
+        row, in the pool or not (labels for search expansion, docs/design-notes.md);
         ``None`` where unknown.
       memory_embeddings: ``float32[M, D]`` optional unit embeddings of the
         memories (side information); ``None`` where not kept.

@@ -164,6 +164,6 @@ class EarmSettings:
 
 
 PRESETS = ("paper", "best")
-"""``paper``: the seven policies of DESIGN §3; ``best``: and the adaptive policy."""
+"""``paper``: the seven policies (docs/policies.md); ``best``: and the adaptive one."""
 
 __all__ = ["PRESETS", "EarmSettings"]

@@ -1,6 +1,6 @@
 """Facts about the shared LoCoMo files that several tests check."""
 
-# Questions of categories 1-4 per conversation (DESIGN §5 / the data README).
+# Questions of categories 1-4 per conversation (docs/locomo.md / the data README).
 QUERY_COUNTS = {
     "26": 152,
     "30": 81,

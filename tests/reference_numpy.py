@@ -1,6 +1,6 @@
 """An independent float64 NumPy reference of the completion model.
 
-Written from DESIGN §2.6, not from the JAX code: observations are a plain list
+Written from docs/method.md, not from the JAX code: observations are a plain list
 of ``(query, memory, value)`` triples, every block update builds its own dense
 design matrix and calls ``np.linalg.lstsq``-style ridge solves.
 """

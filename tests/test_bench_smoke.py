@@ -106,3 +106,18 @@ def test_ab_commits_runs_head_against_the_working_tree(tmp_path):
     assert rows[0]["anchors_equal_reference"]
     assert rows[0]["max_abs_completion_difference"] == 0.0
     assert len(rows[1]["speedup_vs_reference_by_round"]) == 2
+
+
+def test_the_suite_entry_point_names_maintained_scripts_only():
+    from benchmarks import __main__ as suite
+
+    for name in suite.BENCHMARKS:
+        for quick in (True, False):
+            line = suite.commands(name, quick, REPO / "out")
+            if line is None:
+                continue
+            script = Path(line[0])
+            assert script.parent == REPO / "benchmarks" and script.exists(), line
+    # The one-off studies live apart from the suite.
+    assert not (REPO / "benchmarks" / "baseline_c45063e.py").exists()
+    assert (REPO / "experiments" / "README.md").exists()

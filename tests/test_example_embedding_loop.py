@@ -28,8 +28,8 @@ def test_readme_embedding_snippet_pays_only_for_anchors():
     import jax.numpy as jnp
     import numpy as np
 
-    readme = (EXAMPLE.parents[1] / "README.md").read_text()
-    section = readme[readme.index("## Embedding the solver in your JAX code") :]
+    page = (EXAMPLE.parents[1] / "docs" / "embedding.md").read_text()
+    section = page[page.index("# Embedding the solver in your JAX code") :]
     namespace: dict = {}
     exec(re.search(r"```python\n(.*?)```", section, re.S).group(1), namespace)
     rng = np.random.default_rng(0)

@@ -195,7 +195,8 @@ def locomo(
     expand: Annotated[
         int,
         typer.Option(
-            help="Search expansion (DESIGN 2.8): E slots per query for memories "
+            help="Search expansion (docs/design-notes.md): E slots per query for "
+            "memories "
             "outside the pool with history, ranked by their completion; adds the "
             "policy mixed_expand (0: off)."
         ),

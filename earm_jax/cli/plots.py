@@ -1,4 +1,4 @@
-"""``earm plots``: the README's figures, from the result JSONs."""
+"""``earm plots``: the docs figures, from the result JSONs."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def plots(
     ),
     metric: Annotated[str, typer.Option(help="Quality metric to draw.")] = "recall@10",
 ) -> None:
-    """Draw the README's figures (quality vs calls, stages, latency, throughput).
+    """Draw the figures (quality vs calls, stages, latency, throughput).
 
     From the result JSONs: quality vs calls and per-stage curves (simulation and
     LoCoMo), the LoCoMo grid, latency vs history, throughput vs streams.

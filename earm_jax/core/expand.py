@@ -1,4 +1,4 @@
-r"""Search expansion (DESIGN §2.8): completed scores outside the candidate pool.
+r"""Search expansion (docs/design-notes.md): completions outside the pool.
 
 The model completes any memory with history, not only the pool's candidates:
 
@@ -118,11 +118,11 @@ def expansion_slots(
       num_slots: ``E`` (a Python int, static); must be ``>= 0``.
       clip: clip completions into [0, 1] (as ``SolverConfig.clip_completions``).
       min_score: a memory takes a slot only if its completion is at least this
-        (may be traced; ``-inf``: no gate, DESIGN §2.8 as written). On a scorer
+        (may be traced; ``-inf``: no gate, docs/design-notes.md as written). On a scorer
         whose answers mean "relevant" above 0.5, ``0.5`` admits only memories
         the model predicts relevant.
       score: what an outside memory is ranked by: ``"completion"`` (the full
-        :math:`\hat y`, DESIGN §2.8) or ``"interaction"``
+        :math:`\hat y`, docs/design-notes.md) or ``"interaction"``
         (:math:`\mu + c_t + u_m \cdot v_t`: the memory bias left out, so a
         memory relevant to some past query does not look relevant to every
         later one).

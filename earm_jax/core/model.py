@@ -1,4 +1,4 @@
-r"""The model of the experience matrix and its closed-form pieces (DESIGN §2.6).
+r"""The model of the experience matrix and its closed-form pieces (docs/method.md).
 
 .. math:: \hat y_{m,t} = \mu + b_m + c_t + u_m \cdot v_t
 
@@ -175,7 +175,7 @@ def mixed_scores(
     completed: ArrayLike, values: ArrayLike, observed: ArrayLike, usable: ArrayLike
 ) -> Array:
     """``float32[N]``: ``values`` where observed (authoritative), ``completed``
-    elsewhere, ``-inf`` where the candidate is not usable (DESIGN §2.7)."""
+    elsewhere, ``-inf`` where the candidate is not usable (docs/method.md)."""
     scores = jnp.where(observed, values, completed)
     return jnp.where(usable, scores, -jnp.inf)
 

@@ -1,4 +1,4 @@
-r"""The causal online completion solver (DESIGN §2.6): select, observe, step.
+r"""The causal online completion solver (docs/method.md): select, observe, step.
 
 The model of the experience matrix is
 

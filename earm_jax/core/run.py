@@ -101,8 +101,7 @@ def run_batch(
         results. On a CPU this keeps the working set of a step (the
         statistics are ~0.2 MB per stream at ``M = 1,000``, rank 8) in cache
         once ``S`` is large: on 2 cores at ``S = 1,024``, chunks of 64 ran
-        7,569 stream-queries/s against 5,194 for one batch
-        (``benchmarks/results/solver_cpu_paired_divide.json``).
+        7,569 stream-queries/s against 5,194 for one batch (docs/performance.md).
         Accelerators want the whole batch at once (leave it ``None``).
 
     Returns:

@@ -1,4 +1,4 @@
-"""The seven policies of DESIGN §3 on the same streams, seeds and pools (pure JAX).
+"""The seven policies (docs/policies.md) on the same streams, seeds and pools.
 
 Every policy becomes a ranking of each query's pool: a score per candidate (higher
 first) and an eligibility mask (candidates that may enter the context at all).
@@ -23,7 +23,7 @@ learned order reads that completion): :mod:`earm_jax.policies.side_information`.
 
 With ``expand=E > 0`` an eighth (or ninth) policy ``mixed_expand``: Mixed's
 ranking of the pool plus ``E`` expansion slots, the eligible memories outside
-the pool with the highest completion (DESIGN §2.8,
+the pool with the highest completion (docs/design-notes.md,
 :mod:`earm_jax.core.expand`); same anchors and calls as ``mixed``. Its ranking
 has ``N + E`` items, its own relevance labels (from
 ``Stream.relevant_memories``) and per-query rows ``expanded@K`` (expansion

@@ -32,7 +32,7 @@ POLICY_LABELS: dict[str, str] = {
     "top_similarity": "Top-similarity",
     "full": "Full",
 }
-"""README order (DESIGN §3): the key's position here is its position in every
+"""README order (docs/policies.md): the key's position here is its position in every
 table and legend."""
 
 SHORT_LABELS: dict[str, str] = {

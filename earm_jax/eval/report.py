@@ -33,7 +33,7 @@ CONTRASTS = (
     ("best_side", "best"),
     ("best_side", "top_similarity"),
 )
-"""Paired contrasts reported, as (treatment, baseline). DESIGN §3: anchor
+"""Paired contrasts reported, as (treatment, baseline). docs/policies.md: anchor
 contribution = observed - semantic; completion contribution = mixed - observed
 (and mixed - observed_backfill)."""
 
@@ -65,7 +65,7 @@ def expansion_summary(
     num_resamples: int = 2000,
     seed: int = 0,
 ) -> dict | None:
-    """How search expansion behaved (DESIGN §2.8), over the labelled queries.
+    """How search expansion behaved (docs/design-notes.md), over the labelled queries.
 
     For every cut-off ``K`` of the policy's ``expanded@K`` rows:
     ``expanded_per_query`` (expansion memories in the top K, mean per query),

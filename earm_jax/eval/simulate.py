@@ -1,4 +1,4 @@
-r"""Synthetic query streams for the batched simulation study (DESIGN §5).
+r"""Synthetic query streams for the batched simulation study (docs/simulation.md).
 
 Each stream is one agent's life: memories arrive over time, queries follow,
 each query draws an *information need* that may recur, the retriever returns a
@@ -91,8 +91,8 @@ knob                    default  what it models
 At the defaults (``SimConfig()``, 16 streams, key 0) the pool holds 0.90 of the
 inserted relevant memories, and Recall@10 is 0.48 by similarity and 0.85 by the
 scorer's answers (Full): close to LoCoMo turns with MiniLM (0.89 / 0.44 / 0.89,
-DESIGN §5). Recall@10 by similarity falls with ``semantic_gap``: 0.64 (gap 0.0),
-0.48 (0.3), 0.30 (0.6), 0.09 (0.9).
+docs/locomo.md). Recall@10 by similarity falls with ``semantic_gap``: 0.64 (gap
+0.0), 0.48 (0.3), 0.30 (0.6), 0.09 (0.9).
 
 Example:
   >>> import jax

@@ -12,7 +12,7 @@ interval computed by this module.
 
 Contrasts are *paired*: both policies are evaluated on the same resampled
 queries (or streams), so the interval is for the mean of the per-query
-differences. The DESIGN §3 derived quantities map as follows:
+differences. The docs/policies.md derived quantities map as follows:
 
 * anchor contribution = ``contrast_ci(observed_only, semantic)``
 * completion contribution = ``contrast_ci(mixed, observed_only)``

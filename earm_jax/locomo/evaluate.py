@@ -233,7 +233,7 @@ def policy_contexts(
     """Each policy's top-``k`` memory rows per real query, in chronological order.
 
     Memory rows of a LoCoMo conversation are in conversation order, so sorting
-    the rows restores the order things happened (DESIGN §2.7). The same key as
+    the rows restores the order things happened (docs/method.md). The same key as
     :func:`evaluate_streams` gives the same anchors.
 
     Returns:

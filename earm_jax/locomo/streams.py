@@ -40,7 +40,7 @@ from earm_jax.scoring.base import ScorerIdentity
 from earm_jax.store.embeddings import IdentifiedEmbedder
 
 POOL_SIZE = 200
-"""``N``: candidates per query (DESIGN §1)."""
+"""``N``: candidates per query (docs/method.md)."""
 
 
 @dataclasses.dataclass(frozen=True)

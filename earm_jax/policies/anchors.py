@@ -101,7 +101,7 @@ def uniform_anchors() -> AnchorFn:
 def stratified_anchors(high_fraction: float = 0.1) -> AnchorFn:
     """Half the budget from the high-similarity stratum, half from the rest.
 
-    DESIGN §2.3.
+    docs/method.md.
 
     The stratum ``H`` is the top ``ceil(high_fraction * n)`` usable candidates by
     similarity (``n`` usable). ``ceil(budget / 2)`` anchors are drawn uniformly
@@ -111,7 +111,7 @@ def stratified_anchors(high_fraction: float = 0.1) -> AnchorFn:
 
     Args:
       high_fraction: size of the stratum as a fraction of the usable pool. 0.1 is
-        the measured default (DESIGN §2.3): a larger stratum leaves much of the
+        the measured default (docs/method.md): a larger stratum leaves much of the
         semantic top unscored.
     """
     if not 0.0 <= high_fraction <= 1.0:

@@ -26,9 +26,10 @@ def stage_schedule(
     The last ratio holds for good. With ``pool_size=200`` and the defaults this is
     the paper's schedule: 200, 80, 50, 40, then 35 anchors per query.
 
-    >>> schedule = stage_schedule(pool_size=200)
-    >>> [int(schedule(t)) for t in (0, 9, 10, 20, 30, 40, 1000)]
-    [200, 200, 80, 50, 40, 35, 35]
+    Examples:
+      >>> schedule = stage_schedule(pool_size=200)
+      >>> [int(schedule(t)) for t in (0, 9, 10, 20, 30, 40, 1000)]
+      [200, 200, 80, 50, 40, 35, 35]
     """
     if not isinstance(pool_size, int) or pool_size < 1:
         raise ValueError(f"pool_size must be a positive int, got {pool_size!r}")

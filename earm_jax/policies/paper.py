@@ -1,4 +1,4 @@
-"""Ready-made policies: the paper's, and the baselines of DESIGN §3."""
+"""Ready-made policies: the paper's, and the baselines of docs/policies.md."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ def paper_policy(
 
     Args:
       pool_size: candidates per query ``N``; the stage budgets are fractions of it.
-      high_fraction: size of the high-similarity stratum (default 0.1, DESIGN §2.3).
-      block_size, stage_ratios: the stage schedule (paper: 10 queries per stage,
+      high_fraction: size of the high-similarity stratum (default 0.1, docs/method.md).
+      block_size: queries per stage of the stage schedule (paper: 10).
+      stage_ratios: each stage's budget as a fraction of the pool (paper:
         200/80/50/40/35 of 200).
       budget: any other schedule instead of the stage schedule (then the
         policy does not record ``pool_size``: the schedule is the caller's).

@@ -1,4 +1,4 @@
-"""Mixed reranking (DESIGN §2.7): direct scores where observed, else completions;
+"""Mixed reranking (docs/method.md): direct scores where observed, else completions;
 the answer context in chronological order."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def top_k_context(
     """The top ``k`` memories by ``scores``, restored to chronological order.
 
     The answer context lists the selected memories in the order they happened
-    (DESIGN §2.7), not in score order.
+    (docs/method.md), not in score order.
 
     Args:
       scores: ``float32[N]`` ranking scores.

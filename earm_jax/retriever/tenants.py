@@ -45,7 +45,9 @@ class TenantRetrievers:
 
     Args:
       root: the folder that holds one sub-folder per tenant.
-      scorer, embedder, config: shared by every tenant's retriever.
+      scorer: shared by every tenant's retriever.
+      embedder: shared by every tenant's retriever.
+      config: shared by every tenant's retriever.
     """
 
     def __init__(

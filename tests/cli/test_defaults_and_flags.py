@@ -52,12 +52,12 @@ def test_simulate_defaults_are_the_simulation_settings():
 
 def test_the_readme_embedding_example_uses_the_fast_solver():
     text = README.read_text(encoding="utf-8")
-    section = text.split("## Embedding the solver in your JAX code", 1)[1]
+    section = text.split("## Embed the solver in your JAX loop", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     namespace: dict[str, object] = {}
     exec(compile(code, "README embedding example", "exec"), namespace)
     assert namespace["solver"].config.solver == "incremental"
-    assert int(namespace["state"].count) == 0
+    assert int(namespace["state"].count) == 20  # the loop ran
 
 
 class _Stop(Exception):

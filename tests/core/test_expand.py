@@ -1,4 +1,4 @@
-"""Search expansion (DESIGN §2.8): eligibility, causality, E = 0, shapes."""
+"""Search expansion (docs/design-notes.md): eligibility, causality, E = 0, shapes."""
 
 from __future__ import annotations
 

@@ -362,7 +362,7 @@ def test_memory_settings_on_real_data(conversations: list[Conversation]) -> None
         total += len(observations.queries)
         # Turns: only the questions with empty evidence are unlabelled.
         assert len(turns.unlabelled) == sum(not q.evidence for q in turns.queries)
-    # DESIGN §5: about 15% of questions have no relevant observation.
+    # docs/locomo.md: about 15% of questions have no relevant observation.
     assert 0.12 <= unlabelled / total <= 0.18
 
 

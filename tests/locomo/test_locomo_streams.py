@@ -1,4 +1,4 @@
-"""Candidate pools and streams; the DESIGN §5 pool facts with the real MiniLM.
+"""Candidate pools and streams; the docs/locomo.md pool facts with the real MiniLM.
 
 The embedding cache lives in a temporary folder for the run (each text is
 embedded once per run), or in ``$EARM_CACHE_DIR`` when that is set, so that
@@ -177,7 +177,7 @@ def test_turn_streams_match_the_design_pool_facts(
         assert arrays.candidates.shape == (QUERY_COUNTS[meta.sample_id], 200)
         assert arrays.valid.all()  # every conversation has more than 200 turns
         assert not arrays.insert_time.any()  # the paper's protocol
-        # DESIGN §5: the pool holds 29-54% of a conversation.
+        # docs/locomo.md: the pool holds 29-54% of a conversation.
         assert 0.28 <= 200 / num_memories <= 0.55
         labelled = arrays.num_relevant > 0
         assert meta.num_unlabelled == int((~labelled).sum())
@@ -189,7 +189,7 @@ def test_turn_streams_match_the_design_pool_facts(
         perfect_recall += list(np.minimum(found, 10) / denominator)
         assert np.all(np.diff(arrays.similarity, axis=1) <= 0)
     assert len(pool_recall) == sum(QUERY_COUNTS.values()) - 4  # 4 empty evidence
-    # DESIGN §5: ~0.89 of the evidence in the pool, Recall@10 ~0.44 by similarity,
+    # docs/locomo.md: ~0.89 of the evidence in the pool, Recall@10 ~0.44 by similarity,
     # ~0.89 for a perfect reranker (measured here: 0.906, 0.451, 0.906).
     assert np.mean(pool_recall) == pytest.approx(0.89, abs=0.03)
     assert np.mean(similarity_recall) == pytest.approx(0.44, abs=0.03)

@@ -2,7 +2,7 @@ r"""A constant-time online update: per-memory sufficient statistics.
 
 The ``"als"`` solver refits every past query and every memory at each new query,
 so a query's cost grows with the history it holds (``O(Q K r^2)`` per sweep).
-The ``"incremental"`` solver minimises the same loss (DESIGN §2.6),
+The ``"incremental"`` solver minimises the same loss (docs/method.md),
 
 .. math:: \sum_{observed} (y_{m,s} - \mu - b_m - c_s - u_m \cdot v_s)^2
    + \lambda(\|b\|^2 + \|c\|^2 + \|U\|^2 + \|V\|^2),

@@ -1,0 +1,112 @@
+"""The README and the docs site: short, buildable, and their code is real code."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+PAGES = sorted((REPO / "docs").glob("*.md"))
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+
+
+def _blocks(path: Path, language: str) -> list[str]:
+    return [
+        code
+        for lang, code in FENCE.findall(path.read_text(encoding="utf-8"))
+        if lang == language
+    ]
+
+
+def _readme_python() -> list[str]:
+    return _blocks(README, "python")
+
+
+def test_readme_fits_two_screens_and_keeps_the_two_commands_first():
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200
+    first = _blocks(README, "bash")[0].splitlines()
+    assert first[0].startswith("python3 -m venv .venv && .venv/bin/pip install")
+    assert first[0].endswith(".venv/bin/earm simulate")
+    test_command = (
+        "bash .ci/install_vllm.sh && EARM_REQUIRE_VLLM=1 .venv/bin/python -m pytest"
+    )
+    assert first[1] == test_command
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert test_command in ci, "CI must run exactly the README's test command"
+
+
+def test_readme_has_no_lab_log():
+    text = README.read_text(encoding="utf-8")
+    assert not re.search(r"\bissue \d+\b", text, re.I)
+    assert "DESIGN" not in text
+    assert "this round" not in text
+    # No commit hashes: 7+ hex characters with a digit and a letter.
+    for word in re.findall(r"\b[0-9a-f]{7,40}\b", text):
+        assert not (re.search(r"\d", word) and re.search(r"[a-f]", word)), word
+
+
+@pytest.mark.parametrize(
+    "path", [README, *PAGES], ids=lambda p: p.relative_to(REPO).as_posix()
+)
+def test_every_python_block_is_valid_python(path):
+    for number, code in enumerate(_blocks(path, "python")):
+        ast.parse(code, filename=f"{path.name} python block {number}")
+
+
+def test_nothing_cites_the_design_note_that_does_not_ship():
+    roots = ["earm_jax", "tests", "notebooks", "docs", "benchmarks", "experiments"]
+    found = [
+        f"{path.relative_to(REPO)}"
+        for root in roots
+        for path in (REPO / root).rglob("*")
+        if path.suffix in {".py", ".md"}
+        and path.name != "test_docs.py"
+        and "DESIGN §" in path.read_text(encoding="utf-8")
+    ]
+    assert found == []
+
+
+def test_no_library_module_names_a_lab_result_file():
+    results = {p.name for p in (REPO / "benchmarks" / "results").glob("*.json")}
+    results |= {p.name for p in (REPO / "experiments" / "results").glob("*.json")}
+    results.discard("figures.json")  # the list `earm plots` reads, not a result
+    for path in (REPO / "earm_jax").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        named = sorted(name for name in results if name in text)
+        assert not named, f"{path.relative_to(REPO)} names {named}"
+
+
+@pytest.mark.slow
+def test_readme_retriever_snippet_runs_with_a_custom_scorer_and_embedder(tmp_path):
+    code = _readme_python()[1]
+    assert "class KeywordScorer" in code and "class HashEmbedder" in code
+    namespace: dict = {}
+    exec(compile(code, "README retriever example", "exec"), namespace)
+    ids, calls = namespace["demo"](tmp_path / "agent")
+    assert set(ids) == {"a", "b"}
+    assert calls >= 0
+
+
+@pytest.mark.slow
+def test_mkdocs_build_is_strict_and_clean(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},  # Material's banner
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert not re.search(r"WARNING\s+-", output), output[-4000:]
+    assert (tmp_path / "index.html").exists()
+    assert (tmp_path / "api" / "index.html").exists()
