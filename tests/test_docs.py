@@ -87,12 +87,14 @@ def test_no_library_module_names_a_lab_result_file():
 @pytest.mark.slow
 def test_readme_retriever_snippet_runs_with_a_custom_scorer_and_embedder(tmp_path):
     code = _readme_python()[1]
-    assert "class KeywordScorer" in code and "class HashEmbedder" in code
+    assert "class KeywordScorer" in code and "class WordHashEmbedder" in code
     namespace: dict = {}
     exec(compile(code, "README retriever example", "exec"), namespace)
     ids, calls = namespace["demo"](tmp_path / "agent")
-    assert set(ids) == {"a", "b"}
-    assert calls >= 0
+    # The only memory the scorer says yes to comes first, for a few paid
+    # calls rather than all 31.
+    assert ids[0] == 0 and len(ids) == 2
+    assert 0 < calls < 31
 
 
 @pytest.mark.slow
