@@ -26,7 +26,7 @@ outputs untouched: :func:`run_expanded` runs the very same ``select`` /
 ...                       rank=2)
 >>> solver = ej.online_solver(cfg, ej.paper_policy(pool_size=8))
 >>> T = 6
->>> candidates = (jnp.arange(T)[:, None] * 3 + jnp.arange(8)) % 30
+>>> candidates = (jnp.arange(T)[:, None] * 3 + jnp.arange(8)[None, :]) % 30
 >>> pool = ej.Query(candidates.astype(jnp.int32), jnp.ones((T, 8)),
 ...                 jnp.ones((T, 8), bool))
 >>> stream = ej.Stream(pool,
