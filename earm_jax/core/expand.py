@@ -26,7 +26,7 @@ outputs untouched: :func:`run_expanded` runs the very same ``select`` /
 ...                       rank=2)
 >>> solver = ej.online_solver(cfg, ej.paper_policy(pool_size=8))
 >>> T = 6
->>> candidates = (jnp.arange(T)[:, None] * 3 + jnp.arange(8)) % 30
+>>> candidates = (jnp.arange(T)[:, None] * 3 + jnp.arange(8)[None, :]) % 30
 >>> pool = ej.Query(candidates.astype(jnp.int32), jnp.ones((T, 8)),
 ...                 jnp.ones((T, 8), bool))
 >>> stream = ej.Stream(pool,
@@ -48,7 +48,7 @@ from earm_jax.base import Observation, Query, StepInfo, Stream
 from earm_jax.core.config import OnlineSolver, Parameters, SolverState
 from earm_jax.core.model import fold_in, parameters, predict
 from earm_jax.core.online import usable_candidates
-from earm_jax.core.run import check_stream
+from earm_jax.core.run import start_stream
 from earm_jax.core.solvers import get_solver
 from earm_jax.core.solvers.base import no_update
 from earm_jax.types import Array, ArrayLike, PRNGKey
@@ -229,11 +229,7 @@ def run_expanded(
     Same keys, same anchors, same state and :class:`StepInfo` as ``run``; the
     third output holds each query's :class:`ExpandInfo` (leading ``T`` axis).
     """
-    check_stream(solver, stream)
-    init_key, scan_key = jax.random.split(key)
-    num_queries = stream.scores.shape[0]
-    state = solver.init(init_key, stream.insert_time)
-    keys = jax.random.split(scan_key, num_queries)
+    state, keys = start_stream(solver, key, stream)
 
     def one_query(state, inputs):
         query_key, query, scores_row = inputs

@@ -199,7 +199,8 @@ def ridge_solve(gram: ArrayLike, rhs: ArrayLike, l2: float) -> Array:
             jnp.moveaxis(gram, (-2, -1), (0, 1)), jnp.moveaxis(rhs, -1, 0), l2
         )
         return jnp.moveaxis(solution, 0, -1)
-    eye = jnp.eye(dim, dtype=gram.dtype)
+    # The identity with gram's leading axes (as 1s): broadcast written out.
+    eye = jnp.eye(dim, dtype=gram.dtype).reshape((1,) * (gram.ndim - 2) + (dim, dim))
     return jnp.linalg.solve(gram + l2 * eye, rhs[..., None])[..., 0]
 
 

@@ -51,6 +51,18 @@ def check_stream(solver: OnlineSolver, stream: Stream, batched: bool = False) ->
     check_query(config, jax.eval_shape(lambda: one_query), name="stream.queries[t]")
 
 
+def start_stream(
+    solver: OnlineSolver, key: PRNGKey, stream: Stream
+) -> tuple[SolverState, jax.Array]:
+    """Checks one stream and starts it: the initial state and one key per query
+    (split up front), as :func:`run` and the expanded run share them."""
+    check_stream(solver, stream)
+    init_key, scan_key = jax.random.split(key)
+    num_queries = stream.scores.shape[0]
+    state = solver.init(init_key, stream.insert_time)
+    return state, jax.random.split(scan_key, num_queries)
+
+
 def run(
     solver: OnlineSolver, key: PRNGKey, stream: Stream
 ) -> tuple[SolverState, StepInfo]:
@@ -69,11 +81,7 @@ def run(
       leading ``T`` axis. Jit-able end to end, e.g.
       ``jax.jit(functools.partial(run, solver))``.
     """
-    check_stream(solver, stream)
-    init_key, scan_key = jax.random.split(key)
-    num_queries = stream.scores.shape[0]
-    state = solver.init(init_key, stream.insert_time)
-    keys = jax.random.split(scan_key, num_queries)
+    state, keys = start_stream(solver, key, stream)
 
     def one_query(state, inputs):
         query_key, query, scores_row = inputs
@@ -149,4 +157,4 @@ def run_batch(
     return jax.tree.map(lambda head, tail: jnp.concatenate([head, tail]), outputs, rest)
 
 
-__all__ = ["check_stream", "run", "run_batch"]
+__all__ = ["check_stream", "run", "run_batch", "start_stream"]

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from earm_jax.eval import stats
+from earm_jax.jobs.locomo_answers import answer_accuracy
+from earm_jax.jobs.locomo_report import plot_first_run, streams_scorer_quality
+from earm_jax.jobs.locomo_scorers import (
+    CROSS_ENCODER_NOTE,
+    LLM_NOTE,
+    PaidScorers,
+    cross_encoder_scorers,
+    llm_scorers,
+    pairs_sent,
+)
 from earm_jax.jobs.progress import Progress
 from earm_jax.locomo.data import QUERY_CATEGORIES, Conversation, load_locomo
 from earm_jax.locomo.evaluate import (
@@ -17,7 +25,6 @@ from earm_jax.locomo.evaluate import (
     PerQuery,
     average_over_seeds,
     evaluate_streams,
-    policy_contexts,
     scorer_scores,
     with_scores,
 )
@@ -30,16 +37,6 @@ from earm_jax.settings import EarmSettings
 SCORERS = ("evidence", "vllm", "cross-encoder")
 """What answers the anchors: the evidence stand-in, a vLLM server, or a local
 cross-encoder folder (``earm train-scorer`` writes one)."""
-
-CROSS_ENCODER_NOTE = (
-    "scores come from the cross-encoder {model} (fold per conversation: {folds}), "
-    "a model trained on LoCoMo evidence, run in this process ({dtype})"
-)
-
-LLM_NOTE = (
-    "scores come from the LLM scorer at {url} (model {model}, mode {mode}); a tiny "
-    "random-weight test model is real for protocol purposes only, not relevance quality"
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,174 +188,6 @@ def _embed_conversations(
             )
 
 
-def _llm_scorer(job: LocomoJob) -> PaidScorers:
-    from earm_jax.scoring.cache import CachedScorer, ScoreCache
-    from earm_jax.scoring.vllm import VllmScorer, VllmScorerConfig
-
-    scorer = VllmScorer(
-        VllmScorerConfig(
-            base_url=job.base_url, model=job.scorer_model, mode=job.scorer_mode
-        )
-    )
-    cached = CachedScorer(scorer, ScoreCache(job.score_cache or ":memory:"))
-    return PaidScorers(lambda stream: cached, [scorer], [cached])
-
-
-@dataclasses.dataclass
-class PaidScorers:
-    """The scorer (through the score cache) for each conversation.
-
-    Attributes:
-      for_stream: the cached scorer that scores a stream.
-      inner: the scorers that pay (for counters and closing).
-      cached: their cache wrappers.
-      folds: conversation id -> fold name (cross-encoder folders).
-    """
-
-    for_stream: Callable[[Any], Any]
-    inner: list[Any]
-    cached: list[Any]
-    folds: dict[str, str] = dataclasses.field(default_factory=dict)
-
-    def close(self) -> None:
-        for scorer in self.inner:
-            scorer.close()
-        for cached in self.cached:
-            cached.cache.close()
-
-
-def _cross_encoder_scorers(
-    job: LocomoJob, conversations: list[Conversation], embedder: Any
-) -> PaidScorers:
-    """One in-process cross-encoder per fold folder, chosen per conversation by
-    the trained-scorer manifest; a conversation the model trained on is refused
-    unless ``allow_in_sample``."""
-    from earm_jax.locomo.training_data import conversation_digest
-    from earm_jax.scoring.cache import CachedScorer, ScoreCache
-    from earm_jax.scoring.cross_encoder import CrossEncoderSettings
-    from earm_jax.scoring.scorer_manifest import (
-        InSampleError,
-        model_scorer,
-        open_scorer_folder,
-    )
-    from earm_jax.store.embeddings import default_cache_dir
-
-    folder = open_scorer_folder(job.scorer_model)
-    choices = {
-        c.sample_id: folder.choose(conversation_digest(c)) for c in conversations
-    }
-    in_sample = sorted(sample for sample, choice in choices.items() if choice.in_sample)
-    if in_sample and not job.allow_in_sample:
-        raise InSampleError(
-            f"the scorer {job.scorer_model} was trained on conversation(s) "
-            f"{', '.join(in_sample)}: their scores would flatter it (pass "
-            "allow_in_sample / --allow-in-sample to score them anyway)"
-        )
-    cache = ScoreCache(job.score_cache or default_cache_dir() / "scores.sqlite")
-    settings = CrossEncoderSettings(dtype=job.scorer_dtype)  # type: ignore[arg-type]
-    by_folder: dict[str, Any] = {}
-    inner = []
-    for choice in choices.values():
-        key = str(choice.folder)
-        if key not in by_folder:
-            scorer = model_scorer(choice.folder, settings, embedder)
-            inner.append(scorer)
-            by_folder[key] = CachedScorer(scorer, cache)
-    owner = {
-        sample: by_folder[str(choice.folder)] for sample, choice in choices.items()
-    }
-    folds = {
-        sample: (choice.fold or "model") + (" (in sample)" if choice.in_sample else "")
-        for sample, choice in choices.items()
-    }
-    cached = list(by_folder.values())
-    return PaidScorers(
-        lambda stream: owner[stream.meta.sample_id], inner, cached[:1], folds
-    )
-
-
-def _answers(job: LocomoJob, streams, run: LocomoRunSettings, seed: int) -> dict:
-    """Answer accuracy per policy from each policy's top-K context (K = ks[0])."""
-    from earm_jax.scoring.answer import (
-        AnswerClientConfig,
-        ChatEndpoint,
-        answer_and_judge,
-    )
-
-    answerer = ChatEndpoint(base_url=job.answer_base_url, model=job.answer_model)
-    judge = ChatEndpoint(
-        base_url=job.judge_base_url or job.answer_base_url,
-        model=job.judge_model or job.answer_model,
-    )
-    config = AnswerClientConfig(answerer=answerer, judge=judge)
-    contexts = policy_contexts(streams, run, seed, job.ks[0])
-    questions = [q for s in streams for q in s.meta.memory_set.queries]
-    texts = [s.meta.memory_texts for s in streams]
-    owner = [i for i, s in enumerate(streams) for _ in s.meta.memory_set.queries]
-    limit = (
-        len(questions)
-        if job.answer_limit <= 0
-        else min(job.answer_limit, len(questions))
-    )
-    correct: dict[str, np.ndarray] = {}
-    graded: dict[str, np.ndarray] = {}
-    reasons: dict[str, dict[str, int]] = {}
-    for policy, rows in contexts.items():
-        results = []
-        for index in range(limit):
-            memories = [texts[owner[index]][m] for m in rows[index] if m >= 0]
-            results.append(
-                answer_and_judge(
-                    config, questions[index].question, memories, questions[index].answer
-                )
-            )
-        correct[policy] = np.array([r.verdict == "correct" for r in results], float)
-        graded[policy] = np.array([r.verdict != "failed" for r in results])
-        reasons[policy] = {}
-        for r in results:
-            if r.verdict == "failed":
-                reasons[policy][r.reason] = reasons[policy].get(r.reason, 0) + 1
-    by_policy: dict[str, Any] = {}
-    for policy, values in correct.items():
-        row: dict[str, Any] = {
-            "graded": int(graded[policy].sum()),
-            "failed": int((~graded[policy]).sum()),
-            "failures_by_reason": reasons[policy],
-        }
-        if graded[policy].any():
-            ci = stats.mean_ci(
-                values, where=graded[policy], num_resamples=job.num_resamples
-            )
-            row.update(accuracy=ci.estimate, ci=[ci.low, ci.high])
-        by_policy[policy] = row
-    contrasts = {}
-    for baseline in ("semantic", "observed", "top_similarity", "full"):
-        both = graded["mixed"] & graded[baseline]
-        if both.any():
-            ci = stats.contrast_ci(
-                correct["mixed"],
-                correct[baseline],
-                where=both,
-                num_resamples=job.num_resamples,
-            )
-            contrasts[f"mixed-{baseline}"] = {
-                "mean": ci.estimate,
-                "ci": [ci.low, ci.high],
-                "questions": int(both.sum()),
-            }
-    return {
-        "k": job.ks[0],
-        "questions": limit,
-        "answerer": job.answer_model,
-        "judge": job.judge_model or job.answer_model,
-        "by_policy": by_policy,
-        "contrasts": contrasts,
-        "note": "failed answers or judgements (service faults, unparsable "
-        "verdicts) are excluded from accuracy and counted by reason, never "
-        "graded; contrasts use the questions graded under both policies",
-    }
-
-
 def run_locomo_job(
     job: LocomoJob,
     on_step: Callable[[str], Any] | None = None,
@@ -382,12 +211,12 @@ def run_locomo_job(
     )
     paid = None
     if job.scorer == "vllm":
-        paid = _llm_scorer(job)
+        paid = llm_scorers(job)
     elif job.scorer == "cross-encoder":
         from earm_jax.store.embeddings import Embedder
 
         embedder = Embedder(job.model, cache_dir=job.cache_dir)
-        paid = _cross_encoder_scorers(job, conversations, embedder)
+        paid = cross_encoder_scorers(job, conversations, embedder)
     try:
         return _run_grid(
             job, conversations, on_step, paid, progress or Progress(enabled=False)
@@ -478,7 +307,7 @@ def _run_grid(
                         f"{len(streams)} conversations, 7 policies"
                     )
                     if job.answer and answers is None:
-                        answers = _answers(job, streams, run_settings, seed)
+                        answers = answer_accuracy(job, streams, run_settings, seed)
                 per_query = average_over_seeds(per_seed)
                 if first is None:
                     first = per_query
@@ -517,7 +346,7 @@ def _run_grid(
     }
     if paid is not None:
         payload["scorer_counters"] = {
-            "pairs_sent": sum(_pairs_sent(scorer) for scorer in paid.inner),
+            "pairs_sent": sum(pairs_sent(scorer) for scorer in paid.inner),
             "failed_pairs_by_reason": scorer_failures,
             "cache_hits": sum(cached.counters.hits for cached in paid.cached),
         }
@@ -529,73 +358,10 @@ def _run_grid(
     return payload, first
 
 
-def _pairs_sent(scorer: Any) -> int:
-    counters = getattr(scorer, "counters", None)
-    if counters is not None:
-        return int(counters.pairs_sent)
-    return int(getattr(scorer, "pairs_scored", 0))
-
-
-def streams_scorer_quality(streams: list[Any], ks: tuple[int, ...]) -> dict[str, Any]:
-    """The scorer's own quality on the streams' whole pools (every scorer,
-    the stand-in included, so reports can set them side by side)."""
-    from earm_jax.eval.scorer_quality import scorer_quality
-
-    width = max(s.arrays.scores.shape[1] for s in streams)
-
-    def stacked(name: str, fill: Any) -> np.ndarray:
-        return np.concatenate(
-            [
-                np.pad(
-                    getattr(s.arrays, name),
-                    [(0, 0), (0, width - getattr(s.arrays, name).shape[1])],
-                    constant_values=fill,
-                )
-                for s in streams
-            ]
-        )
-
-    return scorer_quality(
-        stacked("scores", np.nan),
-        stacked("similarity", -np.inf),
-        stacked("relevant", False),
-        stacked("valid", False),
-        np.concatenate([s.arrays.num_relevant for s in streams]),
-        np.concatenate([s.arrays.category for s in streams]),
-        ks=tuple(ks),
-    )
-
-
-def _run_title(payload: dict[str, Any], run: dict[str, Any]) -> str:
-    kind = payload["config"]["scorer"]
-    if kind == "evidence":
-        scorer = "evidence stand-in scorer (not an LLM)"
-    elif kind == "cross-encoder":
-        scorer = f"trained cross-encoder {Path(payload['config']['scorer_model']).name}"
-    else:
-        scorer = f"LLM scorer {payload['config']['scorer_model']}"
-    noise = f", evidence noise {run['noise']}" if run["noise"] is not None else ""
-    return (
-        f"LoCoMo {run['setting']}, rank {run['rank']}{noise}: "
-        f"{run['num_scored_queries']} labelled questions, {scorer}"
-    )
-
-
-def plot_first_run(payload: dict[str, Any], per_query: PerQuery, path: Path) -> Path:
-    """Figure of the first grid point: the metric per budget stage and vs calls."""
-    from earm_jax.jobs.plots import policy_figure
-
-    first = payload["runs"][0]
-    return policy_figure(
-        per_query.metrics,
-        per_query.has_relevant,
-        first,
-        path,
-        metric=f"recall@{payload['config']['ks'][0]}",
-        title=_run_title(payload, first),
-        positions=per_query.stage,
-        position_label="budget stage (0: 200 anchors ... 4: 35 anchors)",
-    )
-
-
-__all__ = ["LocomoJob", "plot_first_run", "run_locomo_job"]
+__all__ = [
+    "LocomoJob",
+    "plot_first_run",
+    "run_locomo_job",
+    "select_conversations",
+    "streams_scorer_quality",
+]

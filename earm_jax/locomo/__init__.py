@@ -4,7 +4,9 @@ Host-side code (file I/O, embeddings) that produces the pure-array
 :class:`earm_jax.base.Stream` the solver consumes, plus the host-side text
 (:class:`StreamMetadata`) for LLM scorers and reports.
 
-* :mod:`earm_jax.locomo.data` -- load both file forms, repair and count faults.
+* :mod:`earm_jax.locomo.data` -- load both file forms and count faults.
+* :mod:`earm_jax.locomo.records` -- the typed records and the fault kinds.
+* :mod:`earm_jax.locomo.repair` -- parse one conversation, repairing its faults.
 * :mod:`earm_jax.locomo.memories` -- the ``turns`` / ``observations`` settings.
 * :mod:`earm_jax.locomo.streams` -- semantic top-N pools, arrays, metadata.
 * :mod:`earm_jax.locomo.evidence` -- the evidence stand-in scorer (not an LLM).

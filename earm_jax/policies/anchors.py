@@ -59,7 +59,10 @@ def _first_members(priority: ArrayLike, members: ArrayLike, count: ArrayLike) ->
     key = _order_key(jnp.where(members, priority, -jnp.inf))  # [..., N]
     count = jnp.asarray(count, jnp.int32)
     threshold = jnp.zeros(key.shape[:-1], jnp.uint32)
-    digits = jnp.arange(1 << _DIGIT_BITS, dtype=jnp.uint32)
+    # [1, ..., 1, 16]: the candidate digits, with threshold's leading axes.
+    digits = jnp.arange(1 << _DIGIT_BITS, dtype=jnp.uint32).reshape(
+        (1,) * threshold.ndim + (-1,)
+    )
     for shift in reversed(range(0, 32, _DIGIT_BITS)):
         candidates = threshold[..., None] | (digits << shift)  # [..., 16]
         at_or_above = jnp.sum(

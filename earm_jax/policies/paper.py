@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from earm_jax.base import BudgetFn, Policy
+from earm_jax.base import AnchorFn, BudgetFn, Policy
 from earm_jax.policies.anchors import stratified_anchors, top_similarity_anchors
 from earm_jax.policies.budget import PAPER_STAGE_RATIOS, constant_budget, stage_schedule
 
@@ -27,15 +27,8 @@ def paper_policy(
       budget: any other schedule instead of the stage schedule (then the
         policy does not record ``pool_size``: the schedule is the caller's).
     """
-    schedule = (
-        budget
-        if budget is not None
-        else stage_schedule(pool_size, block_size, stage_ratios)
-    )
-    return Policy(
-        budget=schedule,
-        anchors=stratified_anchors(high_fraction),
-        pool_size=pool_size if budget is None else None,
+    return _staged(
+        pool_size, block_size, stage_ratios, budget, stratified_anchors(high_fraction)
     )
 
 
@@ -46,16 +39,24 @@ def top_similarity_policy(
     budget: BudgetFn | None = None,
 ) -> Policy:
     """Scores the ``B_t`` most similar candidates (the strong equal-calls baseline)."""
-    schedule = (
-        budget
-        if budget is not None
-        else stage_schedule(pool_size, block_size, stage_ratios)
+    return _staged(
+        pool_size, block_size, stage_ratios, budget, top_similarity_anchors()
     )
-    return Policy(
-        budget=schedule,
-        anchors=top_similarity_anchors(),
-        pool_size=pool_size if budget is None else None,
-    )
+
+
+def _staged(
+    pool_size: int,
+    block_size: int,
+    stage_ratios: Sequence[float],
+    budget: BudgetFn | None,
+    anchors: AnchorFn,
+) -> Policy:
+    """``anchors`` under the stage schedule, or under ``budget`` when one is
+    given (then the policy does not record ``pool_size``)."""
+    if budget is not None:
+        return Policy(budget=budget, anchors=anchors, pool_size=None)
+    schedule = stage_schedule(pool_size, block_size, stage_ratios)
+    return Policy(budget=schedule, anchors=anchors, pool_size=pool_size)
 
 
 def full_policy(pool_size: int = 200) -> Policy:

@@ -39,11 +39,9 @@ that SQLite itself reports first (``quick_check``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sqlite3
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -58,120 +56,32 @@ from earm_jax.store.integrity import (
     raw_column,
     row_checksum,
 )
+from earm_jax.store.journal_format import (
+    FORMAT,
+    JOURNAL_NAME,
+    MARKER_NAME,
+    MIGRATED_FORMATS,
+    SCHEMA,
+    DiskFullError,
+    Transaction,
+    lost_journal,
+    write_marker,
+)
+from earm_jax.store.journal_scores import ScoreStore, text_hash
 from earm_jax.store.snapshots import CHUNK_BYTES, SnapshotStore, chunk_hash
 
-JOURNAL_NAME = "journal.sqlite"
-# Written once the journal holds its settings: a folder with this file and an
-# empty or missing journal lost its journal, and is refused rather than
-# opened as a new, empty retriever.
-MARKER_NAME = "retriever.json"
-FORMAT = "earm-retriever/3"
-# Folders of these formats are migrated on open (checksums added to every row).
-MIGRATED_FORMATS = ("earm-retriever/2",)
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (
-  key TEXT PRIMARY KEY, value TEXT NOT NULL, checksum BLOB
-);
-CREATE TABLE IF NOT EXISTS memories (
-  row INTEGER PRIMARY KEY,
-  id NOT NULL,
-  text TEXT NOT NULL,
-  metadata TEXT NOT NULL,
-  embedding BLOB NOT NULL,
-  origin INTEGER NOT NULL,
-  op INTEGER NOT NULL,
-  retired_op INTEGER,
-  checksum BLOB
-);
-CREATE UNIQUE INDEX IF NOT EXISTS live_ids ON memories(id) WHERE retired_op IS NULL;
-CREATE INDEX IF NOT EXISTS memory_ids ON memories(id);
-CREATE TABLE IF NOT EXISTS ops (
-  seq INTEGER PRIMARY KEY,
-  kind TEXT NOT NULL,
-  payload TEXT NOT NULL,
-  data BLOB,
-  checksum BLOB
-);
-CREATE INDEX IF NOT EXISTS query_ops ON ops(json_extract(payload, '$.index'))
-  WHERE kind = 'query';
-CREATE TABLE IF NOT EXISTS scorers (id INTEGER PRIMARY KEY, key TEXT UNIQUE NOT NULL);
-CREATE TABLE IF NOT EXISTS scores (
-  scorer INTEGER NOT NULL,
-  query_hash BLOB NOT NULL,
-  memory_hash BLOB NOT NULL,
-  value REAL NOT NULL,
-  query_index INTEGER NOT NULL,
-  created_at REAL NOT NULL,
-  checksum BLOB,
-  PRIMARY KEY (scorer, query_hash, memory_hash)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS snapshots (
-  id INTEGER PRIMARY KEY,
-  seq INTEGER NOT NULL,
-  num_queries INTEGER NOT NULL,
-  solver_config TEXT NOT NULL,
-  manifest TEXT NOT NULL,
-  created_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS chunks (hash BLOB PRIMARY KEY, data BLOB NOT NULL);
-"""
-
-
-class DiskFullError(OSError):
-    """A write found the disk (or the journal's size limit) full: that call
-    stored nothing and changed nothing; every call acknowledged before it is
-    stored."""
-
-
-def lost_journal(folder: str | os.PathLike[str]) -> str | None:
-    """Why ``folder`` cannot be opened as a retriever although it held one
-    (its marker is there, its journal missing or empty), or ``None``."""
-    folder = Path(folder)
-    if not (folder / MARKER_NAME).exists():
-        return None
-    path = folder / JOURNAL_NAME
-    if not path.exists():
-        state = "is missing"
-    elif path.stat().st_size == 0:
-        state = "is empty"
-    else:
-        return None
-    return (
-        f"{path} {state}, but {folder} held a retriever ({MARKER_NAME} is "
-        f"there): refusing to start an empty one over it; restore {JOURNAL_NAME} "
-        "(and its -wal file, if any) from a backup"
-    )
-
-
-def write_marker(folder: str | os.PathLike[str]) -> None:
-    """Marks ``folder`` as holding a retriever (see :data:`MARKER_NAME`)."""
-    path = Path(folder) / MARKER_NAME
-    if path.exists():
-        return
-    temporary = path.with_name(MARKER_NAME + ".tmp")
-    temporary.write_text(json.dumps({"format": FORMAT, "journal": JOURNAL_NAME}))
-    with open(temporary, "rb") as handle:
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-
-
-def _is_full(error: sqlite3.Error) -> bool:
-    code = getattr(error, "sqlite_errorcode", None)
-    return code == sqlite3.SQLITE_FULL or "full" in str(error).lower()
-
-
+# A memory row as :meth:`Journal._memory` reads it: the id's type, and the
+# text columns as raw bytes (invalid UTF-8 is a finding, not a decoding error).
+_MEMORY_COLUMNS = (
+    "row, typeof(id), CAST(id AS BLOB), CAST(text AS BLOB), "
+    "CAST(metadata AS BLOB), embedding, origin, op, retired_op, checksum"
+)
 _OP_COLUMNS = ", ".join(
     raw_column("ops", c) for c in (*CHECKED_FIELDS["ops"], "checksum")
 )
 
 
-def text_hash(text: str) -> bytes:
-    """16-byte SHA-256 prefix of a text's UTF-8 bytes (the score key)."""
-    return hashlib.sha256(text.encode("utf-8")).digest()[:16]
-
-
-class Journal(SnapshotStore):
+class Journal(SnapshotStore, ScoreStore):
     """The SQLite journal of one retriever folder.
 
     Args:
@@ -204,7 +114,7 @@ class Journal(SnapshotStore):
             # Freed space is zeroed, so a deleted memory's bytes do not linger
             # in free pages or unused cell space.
             self._db.execute("PRAGMA secure_delete=ON")
-            self._db.executescript(_SCHEMA)
+            self._db.executescript(SCHEMA)
             self._scorer_ids: dict[str, int] = {}
             self._guard = guard
             # Score rows found damaged at a lookup: treated as unpaid (paid
@@ -252,9 +162,9 @@ class Journal(SnapshotStore):
 
     # ------------------------------------------------------------ transactions
 
-    def transaction(self) -> _Transaction:
+    def transaction(self) -> Transaction:
         """``with journal.transaction() as db:`` one atomic, durable write."""
-        return _Transaction(self._db, self._guard, self.path)
+        return Transaction(self._db, self._guard, self.path)
 
     def close(self) -> None:
         self._db.close()
@@ -368,11 +278,7 @@ class Journal(SnapshotStore):
 
     def _memory_fields(self) -> Iterator[tuple]:
         return iter(
-            self._db.execute(
-                "SELECT row, typeof(id), CAST(id AS BLOB), CAST(text AS BLOB), "
-                "CAST(metadata AS BLOB), embedding, origin, op, retired_op, "
-                "checksum FROM memories ORDER BY row"
-            )
+            self._db.execute(f"SELECT {_MEMORY_COLUMNS} FROM memories ORDER BY row")
         )
 
     def _memory(self, fields: tuple) -> tuple:
@@ -414,10 +320,7 @@ class Journal(SnapshotStore):
         """Stores new metadata for memory ``row`` (the row's other fields are
         verified first, so a damaged row is never re-checksummed as sound)."""
         fields = db.execute(
-            "SELECT row, typeof(id), CAST(id AS BLOB), CAST(text AS BLOB), "
-            "CAST(metadata AS BLOB), embedding, origin, op, retired_op, "
-            "checksum FROM memories WHERE row=?",
-            (row,),
+            f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE row=?", (row,)
         ).fetchone()
         stored = self._memory(fields)
         checked = (row, stored[1], stored[2], meta, stored[4], stored[5], stored[6])
@@ -434,10 +337,7 @@ class Journal(SnapshotStore):
         blank = np.zeros(width, np.float32).tobytes()
         for row in rows:
             fields = db.execute(
-                "SELECT row, typeof(id), CAST(id AS BLOB), CAST(text AS BLOB), "
-                "CAST(metadata AS BLOB), embedding, origin, op, retired_op, "
-                "checksum FROM memories WHERE row=?",
-                (row,),
+                f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE row=?", (row,)
             ).fetchone()
             stored = self._memory(fields)
             checked = (row, stored[1], "", "{}", blank, stored[5], stored[6])
@@ -446,14 +346,6 @@ class Journal(SnapshotStore):
                 "checksum=? WHERE row=?",
                 (blank, row_checksum(*checked), row),
             )
-
-    @staticmethod
-    def forget_scores(db: sqlite3.Connection, texts: Sequence[str]) -> None:
-        """Deletes every paid score of a memory text in ``texts``."""
-        db.executemany(
-            "DELETE FROM scores WHERE memory_hash=?",
-            [(text_hash(text),) for text in texts],
-        )
 
     def flush_freed(self) -> bool:
         """Moves every committed page into the database file and truncates
@@ -480,75 +372,7 @@ class Journal(SnapshotStore):
         ).fetchone()
         return -1 if value is None else int(value)
 
-    # ----------------------------------------------------------------- scores
-
-    def scorer_id(self, db: sqlite3.Connection, key: str) -> int:
-        if key not in self._scorer_ids:
-            db.execute("INSERT OR IGNORE INTO scorers (key) VALUES (?)", (key,))
-            (number,) = db.execute(
-                "SELECT id FROM scorers WHERE key=?", (key,)
-            ).fetchone()
-            self._scorer_ids[key] = int(number)
-        return self._scorer_ids[key]
-
-    def get_scores(
-        self, scorer_key: str, query: str, memories: Sequence[str]
-    ) -> list[float | None]:
-        """Stored scores of ``(query, memory)`` pairs (``None`` where unpaid)."""
-        if not memories:
-            return []
-        row = self._db.execute(
-            "SELECT id FROM scorers WHERE key=?", (scorer_key,)
-        ).fetchone()
-        if row is None:
-            return [None] * len(memories)
-        query_hash = text_hash(query)
-        hashes = [text_hash(memory) for memory in memories]
-        found: dict[bytes, float] = {}
-        unique = sorted(set(hashes))
-        for start in range(0, len(unique), 500):
-            part = unique[start : start + 500]
-            marks = ",".join("?" * len(part))
-            for fields in self._db.execute(
-                "SELECT scorer, query_hash, memory_hash, value, query_index, "
-                "checksum FROM scores WHERE scorer=? AND "
-                f"query_hash=? AND memory_hash IN ({marks})",
-                (row[0], query_hash, *part),
-            ):
-                if damaged_fields("scores", fields[:5], fields[5]):
-                    self.damaged_scores += 1  # paid again, then overwritten
-                    continue
-                found[fields[2]] = fields[3]
-        return [found.get(h) for h in hashes]
-
-    def put_scores(
-        self,
-        scorer_key: str,
-        pairs: Sequence[tuple[str, str, float]],
-        query_index: int,
-    ) -> None:
-        """Stores paid ``(query, memory, value)`` scores in one transaction."""
-        if not pairs:
-            return
-        now = time.time()
-        with self.transaction() as db:
-            scorer = self.scorer_id(db, scorer_key)
-            rows = [
-                (scorer, text_hash(q), text_hash(m), float(v), int(query_index))
-                for q, m, v in pairs
-            ]
-            # Only unpaid pairs are paid, so a pair stored already is one whose
-            # row was found damaged at the lookup: the fresh answer replaces it.
-            db.executemany(
-                "INSERT OR REPLACE INTO scores VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(*fields, now, row_checksum(*fields)) for fields in rows],
-            )
-
-    def num_scores(self) -> int:
-        (count,) = self._db.execute("SELECT COUNT(*) FROM scores").fetchone()
-        return int(count)
-
-    # -------------------------------------------------------------- snapshots
+    # -------------------------------------------------------------- integrity
 
     def findings(self) -> list[tuple[str, str]]:
         """Every damaged row of the journal as ``(kind, message)``, the message
@@ -600,24 +424,6 @@ class Journal(SnapshotStore):
                 )
         return found
 
-    def drop_damaged_scores(self) -> int:
-        """Deletes the paid scores whose row fails its checksum (they are paid
-        again when needed); returns how many."""
-        damaged = [
-            fields[:3]
-            for fields in self._db.execute(
-                "SELECT scorer, query_hash, memory_hash, value, query_index, "
-                "checksum FROM scores"
-            ).fetchall()
-            if damaged_fields("scores", fields[:5], fields[5])
-        ]
-        with self.transaction() as db:
-            db.executemany(
-                "DELETE FROM scores WHERE scorer=? AND query_hash=? AND memory_hash=?",
-                damaged,
-            )
-        return len(damaged)
-
     def integrity_problems(self) -> list[str]:
         """SQLite's own ``quick_check`` (empty when fine)."""
         rows = self._db.execute("PRAGMA quick_check").fetchall()
@@ -630,46 +436,6 @@ class Journal(SnapshotStore):
             if path.exists():
                 total += path.stat().st_size
         return total
-
-
-class _Transaction:
-    def __init__(
-        self,
-        db: sqlite3.Connection,
-        guard: Callable[[], None] | None = None,
-        path: Path | None = None,
-    ) -> None:
-        self.db = db
-        self.guard = guard
-        self.path = path
-
-    def __enter__(self) -> sqlite3.Connection:
-        self.db.execute("BEGIN IMMEDIATE")
-        if self.guard is not None:
-            try:
-                self.guard()
-            except BaseException:
-                self.db.execute("ROLLBACK")
-                raise
-        return self.db
-
-    def __exit__(self, kind, value, traceback) -> None:
-        if kind is None:
-            try:
-                self.db.execute("COMMIT")
-                return
-            except sqlite3.Error as error:
-                value = error
-        if self.db.in_transaction:
-            self.db.execute("ROLLBACK")
-        if isinstance(value, sqlite3.Error) and _is_full(value):
-            raise DiskFullError(
-                f"{self.path}: the disk is full: this call stored nothing and "
-                "changed nothing; every call acknowledged before it is stored. "
-                "Free some space and retry."
-            ) from value
-        if kind is None:
-            raise value
 
 
 __all__ = [

@@ -3,6 +3,9 @@ traced simulator and the host loop, causality, no recompiles."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -242,6 +245,29 @@ def test_every_stop_rule_keeps_the_ledger(stop_rule):
         assert np.all(np.cumsum(calls) <= _accrued(config, usable.sum(1)) + 1e-9)
         assert np.all(calls <= config.per_query_cap)
     assert np.asarray(info.calls)[0].sum() > 0
+
+
+def test_rejected_stop_rules_stay_off_the_default_path():
+    """The default policy, built and stepped, never imports the rejected stop
+    rules; a configuration naming one of them does."""
+    code = (
+        "import sys, jax.numpy as jnp\n"
+        "import earm_jax.policies.adaptive as ad\n"
+        "from earm_jax.base import Query\n"
+        "config = ad.AdaptiveConfig(pool_size=4, round_sizes=(2,))\n"
+        "policy = ad.adaptive_policy(config)\n"
+        "query = Query(jnp.arange(4, dtype=jnp.int32), jnp.linspace(1, 0, 4),\n"
+        "              jnp.ones(4, bool))\n"
+        "policy.step(policy.init(), query, jnp.zeros(4))\n"
+        "print(sorted(m for m in sys.modules if m.endswith('adaptive.experimental')))\n"
+        "ad.adaptive_policy(ad.AdaptiveConfig(pool_size=4, stop_rule='settle'))\n"
+        "print(sorted(m for m in sys.modules if m.endswith('adaptive.experimental')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    assert out[0] == "[]"
+    assert out[1] == "['earm_jax.policies.adaptive.experimental']"
 
 
 def test_a_settled_query_spends_only_what_would_spill():

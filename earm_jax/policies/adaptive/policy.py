@@ -1,0 +1,216 @@
+"""The adaptive policy assembled: ``begin → (select_round → observe_round) × R →
+finish`` per query, the host loop (:func:`AdaptivePolicy.score_query`), the
+traced loop (``step``) and one stream's queries (:func:`run_adaptive`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from earm_jax.base import Observation, Query
+from earm_jax.policies.adaptive.answer_model import answer_model
+from earm_jax.policies.adaptive.config import (
+    UNITS,
+    AdaptiveConfig,
+    validate_adaptive_config,
+)
+from earm_jax.policies.adaptive.merges import MERGE_FUNCTIONS
+from earm_jax.policies.adaptive.order import order_features
+from earm_jax.policies.adaptive.state import (
+    AdaptiveInfo,
+    AdaptivePolicy,
+    Ledger,
+    RoundState,
+    close_ledger,
+    initial_ledger,
+    similarity_ranks,
+)
+from earm_jax.policies.adaptive.stop_rules import round_selector
+from earm_jax.types import Array, ArrayLike
+
+
+def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
+    """Builds the adaptive multi-round policy (see :mod:`earm_jax.policies.adaptive`).
+
+    Args:
+      config: static settings; validated here (``ValueError`` naming the field).
+
+    Returns:
+      An :class:`AdaptivePolicy` of pure functions (nothing jitted inside).
+    """
+    validate_adaptive_config(config)
+    num = config.pool_size
+    num_rounds = config.num_rounds
+    cap = config.per_query_cap
+    model = answer_model(config)
+    merge = MERGE_FUNCTIONS[config.merge]
+    select_round = round_selector(config, model)
+
+    def init(call_budget: ArrayLike | None = None) -> Ledger:
+        return initial_ledger(config, call_budget)
+
+    def begin(
+        ledger: Ledger,
+        query: Query,
+        usable: ArrayLike | None = None,
+        memory_bias: ArrayLike | None = None,
+    ) -> RoundState:
+        usable = jnp.asarray(query.valid if usable is None else usable, bool)
+        num_usable = jnp.sum(usable)
+        allowance = jnp.floor(
+            ledger.call_budget * UNITS * num_usable.astype(jnp.float32)
+        )
+        allowance = allowance.astype(jnp.int32)
+        available = (ledger.balance + allowance) // UNITS
+        limit = jnp.clip(available, 0, jnp.minimum(cap, num_usable))
+        return RoundState(
+            usable=usable,
+            rank=similarity_ranks(query.similarity, usable),
+            scored=jnp.zeros((num,), bool),
+            values=jnp.zeros((num,), jnp.float32),
+            found_at=jnp.full((num,), -1, jnp.int32),
+            round=jnp.zeros((), jnp.int32),
+            done=jnp.zeros((), bool),
+            limit=limit.astype(jnp.int32),
+            calls=jnp.zeros((), jnp.int32),
+            allowance=allowance,
+            features=order_features(query.similarity, usable, memory_bias),
+        )
+
+    def observe_round(
+        ledger: Ledger,
+        rs: RoundState,
+        observation: Observation,
+        requested: ArrayLike | None = None,
+    ) -> RoundState:
+        values = jnp.asarray(observation.values, jnp.float32)
+        got = jnp.asarray(observation.mask, bool) & rs.usable & ~rs.scored
+        got = got & jnp.isfinite(values)
+        requested = got if requested is None else jnp.asarray(requested, bool)
+        requested = requested & rs.usable & ~rs.scored
+        num_requested = jnp.sum(requested).astype(jnp.int32)
+        state_now = model.found_state(ledger, rs)
+        calls = rs.calls + num_requested
+        round_ = rs.round + (num_requested > 0).astype(jnp.int32)
+        done = rs.done | (num_requested == 0) | (round_ >= num_rounds)
+        return rs._replace(
+            scored=rs.scored | got,
+            values=jnp.where(got, jnp.clip(values, 0.0, 1.0), rs.values),
+            found_at=jnp.where(got, state_now, rs.found_at),
+            round=round_,
+            done=done | (calls >= rs.limit),
+            calls=calls,
+        )
+
+    def finish(ledger: Ledger, rs: RoundState) -> tuple[Ledger, AdaptiveInfo]:
+        q = model.posterior(ledger, rs)
+        scores = merge(config, model, ledger, rs, q)
+        scores = jnp.where(rs.usable, scores, -jnp.inf)
+        new_ledger = close_ledger(
+            config,
+            ledger,
+            rs,
+            bucket=model.bucket_of(rs.rank),
+            posterior=q,
+            distance=model.distances(ledger, rs),
+        )
+        info = AdaptiveInfo(
+            scores=scores,
+            anchors=rs.scored,
+            posterior=q,
+            calls=rs.calls,
+            rounds=rs.round,
+            limit=rs.limit,
+            noise=jnp.sqrt(model.noise_variance(ledger, rs)),
+        )
+        return new_ledger, info
+
+    def score_query(
+        ledger: Ledger,
+        query: Query,
+        scorer: Callable[[Array], ArrayLike],
+        usable: ArrayLike | None = None,
+        memory_bias: ArrayLike | None = None,
+    ) -> tuple[Ledger, AdaptiveInfo]:
+        rs = begin(ledger, query, usable, memory_bias)
+        for _ in range(num_rounds):
+            mask = select_round(ledger, rs)
+            if not bool(jnp.any(mask)):
+                break
+            values = jnp.asarray(scorer(mask), jnp.float32)
+            ok = mask & jnp.isfinite(values)
+            rs = observe_round(ledger, rs, Observation(values, ok), requested=mask)
+        return finish(ledger, rs)
+
+    def step(
+        ledger: Ledger,
+        query: Query,
+        scores_row: ArrayLike,
+        usable: ArrayLike | None = None,
+        memory_bias: ArrayLike | None = None,
+    ) -> tuple[Ledger, AdaptiveInfo]:
+        scores_row = jnp.asarray(scores_row, jnp.float32)
+        rs = begin(ledger, query, usable, memory_bias)
+
+        def one_round(_, rs):
+            mask = select_round(ledger, rs)
+            return observe_round(ledger, rs, Observation(scores_row, mask))
+
+        rs = jax.lax.fori_loop(0, num_rounds, one_round, rs)
+        return finish(ledger, rs)
+
+    return AdaptivePolicy(
+        init, begin, select_round, observe_round, finish, score_query, step, config
+    )
+
+
+def run_adaptive(
+    policy: AdaptivePolicy,
+    queries: Query,
+    scores: ArrayLike,
+    usable: ArrayLike | None = None,
+    call_budget: ArrayLike | None = None,
+) -> tuple[Ledger, AdaptiveInfo]:
+    """The adaptive policy over one stream's queries (``lax.scan``; jit-able).
+
+    Args:
+      policy: from :func:`adaptive_policy`.
+      queries: :class:`Query` with a leading ``T`` axis.
+      scores: ``float32[T, N]`` the scorer's answers (read only where scored).
+      usable: ``bool[T, N]`` (default ``queries.valid``).
+      call_budget: overrides ``config.call_budget`` (may be traced).
+
+    Returns:
+      ``(final ledger, AdaptiveInfo with a leading T axis)``.
+    """
+    usable = queries.valid if usable is None else usable
+
+    def one_query(ledger, inputs):
+        query, row, use = inputs
+        return policy.step(ledger, query, row, use)
+
+    return jax.lax.scan(
+        one_query,
+        policy.init(call_budget),
+        (queries, jnp.asarray(scores, jnp.float32), usable),
+    )
+
+
+def rounds_summary(rounds: Sequence[int] | ArrayLike) -> dict[str, float]:
+    """``{"mean", "p95", "max"}`` of rounds per query (host side)."""
+    import numpy as np
+
+    values = np.asarray(rounds, dtype=float)
+    if values.size == 0:
+        return {"mean": math.nan, "p95": math.nan, "max": math.nan}
+    return {
+        "mean": float(values.mean()),
+        "p95": float(np.percentile(values, 95)),
+        "max": float(values.max()),
+    }
+
+
+__all__ = ["adaptive_policy", "rounds_summary", "run_adaptive"]

@@ -1,0 +1,109 @@
+r"""Stop rules: how big a query's next round is, and whether it is scored.
+
+The default, ``settle_or_spill``: a query is *settled* once the posterior
+probability that none of its scored candidates is relevant,
+:math:`\prod (1 - q)`, is at most ``settle_risk`` (0.1). Before that every
+round is scored (within the ledger); after it, a round is cut to the calls the
+carry cap would otherwise discard ("use it or lose it"), so an easy query stops
+after its first round while calls are scarce, and spends what would be lost
+when they are not. One noisy false hit (at noise 0.3, :math:`q \approx 1/2`)
+does not settle a query.
+
+The other names in :data:`~earm_jax.policies.adaptive.config.STOP_RULES` were
+measured and rejected; they live in :mod:`earm_jax.policies.adaptive.experimental`,
+which only a configuration naming one of them imports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax.numpy as jnp
+
+from earm_jax.policies.adaptive.answer_model import AnswerModel
+from earm_jax.policies.adaptive.config import UNITS, AdaptiveConfig
+from earm_jax.policies.adaptive.state import Ledger, RoundState, similarity_ranks
+from earm_jax.types import Array
+
+
+class StopRule(NamedTuple):
+    """A stop rule's two parts, both traced.
+
+    Attributes:
+      cut: ``(config, ledger, round_state, size, unsettled) -> int32[]`` the
+        next round's size, given its size within the query's limit.
+      worth: ``(config, model, ledger, round_state, chosen, unsettled) ->
+        bool[]`` whether the chosen round is scored at all.
+    """
+
+    cut: Callable[..., Array]
+    worth: Callable[..., Array]
+
+
+def keep_size(config, ledger, rs, size, unsettled):
+    """The round as the schedule and the limit give it."""
+    return size
+
+
+def spill_cut(config, ledger, rs, size, unsettled):
+    """Once settled, score only the calls the carry cap would discard."""
+    spill = ledger.balance + rs.allowance - rs.calls * UNITS - config.carry_cap * UNITS
+    spill = jnp.maximum(spill // UNITS, 0)
+    return jnp.where(unsettled, size, jnp.minimum(size, spill))
+
+
+def always(config, model, ledger, rs, chosen, unsettled):
+    """Every chosen round is worth its calls (the cut already decided)."""
+    return jnp.ones((), bool)
+
+
+SETTLE_OR_SPILL = StopRule(cut=spill_cut, worth=always)
+"""The default stop rule (see the module docstring)."""
+
+
+def stop_rule(name: str) -> StopRule:
+    """The :class:`StopRule` called ``name`` (one of ``STOP_RULES``)."""
+    if name == "settle_or_spill":
+        return SETTLE_OR_SPILL
+    from earm_jax.policies.adaptive.experimental import EXPERIMENTAL_STOP_RULES
+
+    return EXPERIMENTAL_STOP_RULES[name]
+
+
+def round_selector(
+    config: AdaptiveConfig, model: AnswerModel
+) -> Callable[[Ledger, RoundState], Array]:
+    """``select_round(ledger, round_state) -> bool[N]``: the next round's
+    candidates, the most similar unscored ones, cut and judged by the
+    configured stop rule (all False when the query is done)."""
+    sizes = jnp.asarray(config.round_sizes, jnp.int32)
+    num_rounds = config.num_rounds
+    rule = stop_rule(config.stop_rule)
+
+    def select_round(ledger: Ledger, rs: RoundState) -> Array:
+        open_ = rs.usable & ~rs.scored
+        # Next candidates: the most similar unscored ones (ranks among the open).
+        open_rank = similarity_ranks(-rs.rank.astype(jnp.float32), open_)
+        size = sizes[jnp.minimum(rs.round, num_rounds - 1)]
+        size = jnp.minimum(size, rs.limit - rs.calls)
+        unsettled = ~model.settled(ledger, rs)
+        size = rule.cut(config, ledger, rs, size, unsettled)
+        chosen = open_ & (open_rank < size)
+        worth = rule.worth(config, model, ledger, rs, chosen, unsettled)
+        num_chosen = jnp.sum(chosen)
+        go = ~rs.done & (rs.round < num_rounds) & (num_chosen > 0) & worth
+        return chosen & go
+
+    return select_round
+
+
+__all__ = [
+    "SETTLE_OR_SPILL",
+    "StopRule",
+    "always",
+    "keep_size",
+    "round_selector",
+    "spill_cut",
+    "stop_rule",
+]

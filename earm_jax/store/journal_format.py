@@ -1,0 +1,167 @@
+"""The journal's on-disk format: its file names, version and SQLite schema, the
+marker that tells a lost journal from a new folder, and its transactions."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+JOURNAL_NAME = "journal.sqlite"
+# Written once the journal holds its settings: a folder with this file and an
+# empty or missing journal lost its journal, and is refused rather than
+# opened as a new, empty retriever.
+MARKER_NAME = "retriever.json"
+FORMAT = "earm-retriever/3"
+# Folders of these formats are migrated on open (checksums added to every row).
+MIGRATED_FORMATS = ("earm-retriever/2",)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (
+  key TEXT PRIMARY KEY, value TEXT NOT NULL, checksum BLOB
+);
+CREATE TABLE IF NOT EXISTS memories (
+  row INTEGER PRIMARY KEY,
+  id NOT NULL,
+  text TEXT NOT NULL,
+  metadata TEXT NOT NULL,
+  embedding BLOB NOT NULL,
+  origin INTEGER NOT NULL,
+  op INTEGER NOT NULL,
+  retired_op INTEGER,
+  checksum BLOB
+);
+CREATE UNIQUE INDEX IF NOT EXISTS live_ids ON memories(id) WHERE retired_op IS NULL;
+CREATE INDEX IF NOT EXISTS memory_ids ON memories(id);
+CREATE TABLE IF NOT EXISTS ops (
+  seq INTEGER PRIMARY KEY,
+  kind TEXT NOT NULL,
+  payload TEXT NOT NULL,
+  data BLOB,
+  checksum BLOB
+);
+CREATE INDEX IF NOT EXISTS query_ops ON ops(json_extract(payload, '$.index'))
+  WHERE kind = 'query';
+CREATE TABLE IF NOT EXISTS scorers (id INTEGER PRIMARY KEY, key TEXT UNIQUE NOT NULL);
+CREATE TABLE IF NOT EXISTS scores (
+  scorer INTEGER NOT NULL,
+  query_hash BLOB NOT NULL,
+  memory_hash BLOB NOT NULL,
+  value REAL NOT NULL,
+  query_index INTEGER NOT NULL,
+  created_at REAL NOT NULL,
+  checksum BLOB,
+  PRIMARY KEY (scorer, query_hash, memory_hash)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS snapshots (
+  id INTEGER PRIMARY KEY,
+  seq INTEGER NOT NULL,
+  num_queries INTEGER NOT NULL,
+  solver_config TEXT NOT NULL,
+  manifest TEXT NOT NULL,
+  created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS chunks (hash BLOB PRIMARY KEY, data BLOB NOT NULL);
+"""
+
+
+class DiskFullError(OSError):
+    """A write found the disk (or the journal's size limit) full: that call
+    stored nothing and changed nothing; every call acknowledged before it is
+    stored."""
+
+
+def lost_journal(folder: str | os.PathLike[str]) -> str | None:
+    """Why ``folder`` cannot be opened as a retriever although it held one
+    (its marker is there, its journal missing or empty), or ``None``."""
+    folder = Path(folder)
+    if not (folder / MARKER_NAME).exists():
+        return None
+    path = folder / JOURNAL_NAME
+    if not path.exists():
+        state = "is missing"
+    elif path.stat().st_size == 0:
+        state = "is empty"
+    else:
+        return None
+    return (
+        f"{path} {state}, but {folder} held a retriever ({MARKER_NAME} is "
+        f"there): refusing to start an empty one over it; restore {JOURNAL_NAME} "
+        "(and its -wal file, if any) from a backup"
+    )
+
+
+def write_marker(folder: str | os.PathLike[str]) -> None:
+    """Marks ``folder`` as holding a retriever (see :data:`MARKER_NAME`)."""
+    path = Path(folder) / MARKER_NAME
+    if path.exists():
+        return
+    temporary = path.with_name(MARKER_NAME + ".tmp")
+    temporary.write_text(json.dumps({"format": FORMAT, "journal": JOURNAL_NAME}))
+    with open(temporary, "rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def _is_full(error: sqlite3.Error) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    return code == sqlite3.SQLITE_FULL or "full" in str(error).lower()
+
+
+class Transaction:
+    """``with transaction as db:`` one atomic, durable write: ``BEGIN IMMEDIATE``,
+    the guard, then ``COMMIT`` (or ``ROLLBACK`` and the error; a full disk
+    raises :class:`DiskFullError`)."""
+
+    def __init__(
+        self,
+        db: sqlite3.Connection,
+        guard: Callable[[], None] | None = None,
+        path: Path | None = None,
+    ) -> None:
+        self.db = db
+        self.guard = guard
+        self.path = path
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.db.execute("BEGIN IMMEDIATE")
+        if self.guard is not None:
+            try:
+                self.guard()
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+        return self.db
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if kind is None:
+            try:
+                self.db.execute("COMMIT")
+                return
+            except sqlite3.Error as error:
+                value = error
+        if self.db.in_transaction:
+            self.db.execute("ROLLBACK")
+        if isinstance(value, sqlite3.Error) and _is_full(value):
+            raise DiskFullError(
+                f"{self.path}: the disk is full: this call stored nothing and "
+                "changed nothing; every call acknowledged before it is stored. "
+                "Free some space and retry."
+            ) from value
+        if kind is None:
+            raise value
+
+
+__all__ = [
+    "FORMAT",
+    "JOURNAL_NAME",
+    "MARKER_NAME",
+    "MIGRATED_FORMATS",
+    "SCHEMA",
+    "DiskFullError",
+    "Transaction",
+    "lost_journal",
+    "write_marker",
+]

@@ -1,0 +1,122 @@
+"""Paid scores in the journal: ``scorers(id, key)`` and ``scores(scorer,
+query_hash, memory_hash, value, query_index, created_at, checksum)``, keyed by
+16-byte SHA-256 prefixes of the texts, so no pair is paid for twice."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from earm_jax.store.integrity import damaged_fields, row_checksum
+
+
+def text_hash(text: str) -> bytes:
+    """16-byte SHA-256 prefix of a text's UTF-8 bytes (the score key)."""
+    return hashlib.sha256(text.encode("utf-8")).digest()[:16]
+
+
+class ScoreStore:
+    """The paid-score half of :class:`~earm_jax.store.journal.Journal`."""
+
+    path: Path
+    _db: sqlite3.Connection
+    _scorer_ids: dict[str, int]
+    damaged_scores: int
+
+    def scorer_id(self, db: sqlite3.Connection, key: str) -> int:
+        if key not in self._scorer_ids:
+            db.execute("INSERT OR IGNORE INTO scorers (key) VALUES (?)", (key,))
+            (number,) = db.execute(
+                "SELECT id FROM scorers WHERE key=?", (key,)
+            ).fetchone()
+            self._scorer_ids[key] = int(number)
+        return self._scorer_ids[key]
+
+    def get_scores(
+        self, scorer_key: str, query: str, memories: Sequence[str]
+    ) -> list[float | None]:
+        """Stored scores of ``(query, memory)`` pairs (``None`` where unpaid)."""
+        if not memories:
+            return []
+        row = self._db.execute(
+            "SELECT id FROM scorers WHERE key=?", (scorer_key,)
+        ).fetchone()
+        if row is None:
+            return [None] * len(memories)
+        query_hash = text_hash(query)
+        hashes = [text_hash(memory) for memory in memories]
+        found: dict[bytes, float] = {}
+        unique = sorted(set(hashes))
+        for start in range(0, len(unique), 500):
+            part = unique[start : start + 500]
+            marks = ",".join("?" * len(part))
+            for fields in self._db.execute(
+                "SELECT scorer, query_hash, memory_hash, value, query_index, "
+                "checksum FROM scores WHERE scorer=? AND "
+                f"query_hash=? AND memory_hash IN ({marks})",
+                (row[0], query_hash, *part),
+            ):
+                if damaged_fields("scores", fields[:5], fields[5]):
+                    self.damaged_scores += 1  # paid again, then overwritten
+                    continue
+                found[fields[2]] = fields[3]
+        return [found.get(h) for h in hashes]
+
+    def put_scores(
+        self,
+        scorer_key: str,
+        pairs: Sequence[tuple[str, str, float]],
+        query_index: int,
+    ) -> None:
+        """Stores paid ``(query, memory, value)`` scores in one transaction."""
+        if not pairs:
+            return
+        now = time.time()
+        with self.transaction() as db:
+            scorer = self.scorer_id(db, scorer_key)
+            rows = [
+                (scorer, text_hash(q), text_hash(m), float(v), int(query_index))
+                for q, m, v in pairs
+            ]
+            # Only unpaid pairs are paid, so a pair stored already is one whose
+            # row was found damaged at the lookup: the fresh answer replaces it.
+            db.executemany(
+                "INSERT OR REPLACE INTO scores VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(*fields, now, row_checksum(*fields)) for fields in rows],
+            )
+
+    def num_scores(self) -> int:
+        (count,) = self._db.execute("SELECT COUNT(*) FROM scores").fetchone()
+        return int(count)
+
+    @staticmethod
+    def forget_scores(db: sqlite3.Connection, texts: Sequence[str]) -> None:
+        """Deletes every paid score of a memory text in ``texts``."""
+        db.executemany(
+            "DELETE FROM scores WHERE memory_hash=?",
+            [(text_hash(text),) for text in texts],
+        )
+
+    def drop_damaged_scores(self) -> int:
+        """Deletes the paid scores whose row fails its checksum (they are paid
+        again when needed); returns how many."""
+        damaged = [
+            fields[:3]
+            for fields in self._db.execute(
+                "SELECT scorer, query_hash, memory_hash, value, query_index, "
+                "checksum FROM scores"
+            ).fetchall()
+            if damaged_fields("scores", fields[:5], fields[5])
+        ]
+        with self.transaction() as db:
+            db.executemany(
+                "DELETE FROM scores WHERE scorer=? AND query_hash=? AND memory_hash=?",
+                damaged,
+            )
+        return len(damaged)
+
+
+__all__ = ["ScoreStore", "text_hash"]
