@@ -33,12 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from earm_jax.eval.scorer_profile import fit_scorer_profile, profile_to_json
-from earm_jax.jobs.locomo import select_conversations, streams_scorer_quality
+from earm_jax.jobs.fold_answers import FoldAnswers, PoolData, score_pools
+from earm_jax.jobs.locomo import select_conversations
 from earm_jax.jobs.progress import Progress, duration
 from earm_jax.locomo.data import Conversation, load_locomo
-from earm_jax.locomo.evaluate import scorer_scores, with_scores
-from earm_jax.locomo.streams import LocomoStream, build_streams
+from earm_jax.locomo.evaluate import scorer_scores
+from earm_jax.locomo.streams import build_streams
 from earm_jax.locomo.training_data import (
     assign_folds,
     conversation_digest,
@@ -208,99 +208,8 @@ def _entry(conversation: Conversation) -> dict[str, str]:
     return {"id": conversation.sample_id, "digest": conversation_digest(conversation)}
 
 
-@dataclasses.dataclass
-class _Data:
-    """The conversations, their pools per setting, and lookups."""
-
-    conversations: list[Conversation]
-    streams: dict[str, list[LocomoStream]]
-
-    def stream(self, setting: str, sample: str) -> LocomoStream:
-        index = [c.sample_id for c in self.conversations].index(sample)
-        return self.streams[setting][index]
-
-    def conversation(self, sample: str) -> Conversation:
-        return next(c for c in self.conversations if c.sample_id == sample)
-
-
-@dataclasses.dataclass
-class _Answers:
-    """Calibrated answers on some pools: per setting, per conversation, the
-    ``float32[T, N]`` scores (NaN where not scored)."""
-
-    by_setting: dict[str, dict[str, np.ndarray]]
-
-    def quality(self, data: _Data, setting: str) -> dict[str, Any]:
-        samples = list(self.by_setting[setting])
-        streams = [
-            with_scores(data.stream(setting, sample), self.by_setting[setting][sample])
-            for sample in samples
-        ]
-        return streams_scorer_quality(streams, (10, 20))
-
-    def profile(self, data: _Data, setting: str, source: dict[str, Any]) -> dict:
-        parts: dict[str, list[np.ndarray]] = {
-            "scores": [],
-            "relevant": [],
-            "valid": [],
-            "memory": [],
-            "query": [],
-        }
-        for sample, answers in self.by_setting[setting].items():
-            arrays = data.stream(setting, sample).arrays
-            rows = np.flatnonzero(np.isfinite(answers).any(axis=1))
-            parts["scores"].append(answers[rows])
-            parts["relevant"].append(arrays.relevant[rows])
-            parts["valid"].append(arrays.valid[rows])
-            parts["memory"].append(
-                np.char.add(f"{sample}:", arrays.candidates[rows].astype(str))
-            )
-            parts["query"].append(np.char.add(f"{sample}:", rows.astype(str)))
-        width = max(p.shape[1] for p in parts["scores"])
-
-        def stacked(name: str, fill: Any) -> np.ndarray:
-            pad = [[(0, 0), (0, width - p.shape[1])] for p in parts[name]]
-            return np.concatenate(
-                [
-                    np.pad(p, w, constant_values=fill)
-                    for p, w in zip(parts[name], pad, strict=True)
-                ]
-            )
-
-        profile, counts = fit_scorer_profile(
-            stacked("scores", np.nan),
-            stacked("relevant", False),
-            stacked("valid", False),
-            stacked("memory", ""),
-            np.concatenate(parts["query"]),
-        )
-        return profile_to_json(profile, {**source, "setting": setting, **counts})
-
-
-def _score_pools(
-    scorer: Any, stream: LocomoStream, questions: np.ndarray
-) -> np.ndarray:
-    """The chosen questions' whole pools scored (NaN elsewhere)."""
-    answers = np.full(stream.arrays.scores.shape, np.nan, np.float32)
-    rows = np.flatnonzero(questions)
-    requests = []
-    for t in rows:
-        positions = np.flatnonzero(stream.arrays.valid[t])
-        memories = [
-            stream.meta.memory_texts[int(m)]
-            for m in stream.arrays.candidates[t, positions]
-        ]
-        requests.append((stream.meta.query_texts[t], memories))
-    for t, row in zip(rows, scorer.score_many(requests), strict=True):
-        positions = np.flatnonzero(stream.arrays.valid[t])
-        for position, value in zip(positions, row, strict=True):
-            if value.ok:
-                answers[t, position] = value.value
-    return answers
-
-
 def _held_back(
-    job: TrainScorerJob, data: _Data, training_ids: list[str]
+    job: TrainScorerJob, data: PoolData, training_ids: list[str]
 ) -> dict[str, np.ndarray]:
     """The seeded questions of each training conversation held back for
     calibration (the same on a resumed build)."""
@@ -316,7 +225,7 @@ def _held_back(
 
 def _train_fold(
     job: TrainScorerJob,
-    data: _Data,
+    data: PoolData,
     name: str,
     training_ids: list[str],
     embedding_model: str,
@@ -410,7 +319,7 @@ def _check_kept_fold(
     folder: Path,
     training_ids: list[str],
     held: list[str],
-    data: _Data,
+    data: PoolData,
 ) -> None:
     """Refuses a kept fold whose model or conversations changed since."""
     from earm_jax.store.embeddings import model_identity
@@ -490,7 +399,7 @@ def run_train_scorer(
     progress.note(
         f"pools of {len(conversations)} conversation(s) by {embedder.identity}"
     )
-    data = _Data(
+    data = PoolData(
         conversations,
         {
             setting: build_streams(
@@ -508,8 +417,8 @@ def run_train_scorer(
     everyone = [c.sample_id for c in conversations]
     held_groups = assign_folds(conversations, job.folds) if job.folds > 1 else [[]]
     cache_path = job.score_cache or str(default_cache_dir() / SCORE_CACHE_NAME)
-    held_back_answers = _Answers({s: {} for s in job.settings})
-    held_out_answers = _Answers({s: {} for s in job.settings})
+    held_back_answers = FoldAnswers({s: {} for s in job.settings})
+    held_out_answers = FoldAnswers({s: {} for s in job.settings})
     folds = []
     for index, held in enumerate(held_groups):
         fold_started = time.perf_counter()
@@ -536,10 +445,10 @@ def run_train_scorer(
         # A fold the stopped build finished already measured its held-back
         # questions; they matter again only for a one-fold profile.
         if name not in finished or job.folds == 1:
-            fold_back = _Answers({s: {} for s in job.settings})
+            fold_back = FoldAnswers({s: {} for s in job.settings})
             for setting in job.settings:
                 for sample in training_ids:
-                    answers = _score_pools(
+                    answers = score_pools(
                         scorer, data.stream(setting, sample), held_back[sample]
                     )
                     fold_back.by_setting[setting][sample] = answers
@@ -549,7 +458,7 @@ def run_train_scorer(
             }
         if held:
             cached = CachedScorer(scorer, ScoreCache(cache_path))
-            fold_out = _Answers({s: {} for s in job.settings})
+            fold_out = FoldAnswers({s: {} for s in job.settings})
             try:
                 for setting in job.settings:
                     progress.phase(f"{name} scoring {setting}", len(held))

@@ -1,0 +1,107 @@
+"""What ``earm train-scorer`` scores: the conversations' pools, and a fold's
+calibrated answers on them with the quality and the scorer profile they give."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from earm_jax.eval.scorer_profile import fit_scorer_profile, profile_to_json
+from earm_jax.jobs.locomo import streams_scorer_quality
+from earm_jax.locomo.data import Conversation
+from earm_jax.locomo.evaluate import with_scores
+from earm_jax.locomo.streams import LocomoStream
+
+
+@dataclasses.dataclass
+class PoolData:
+    """The conversations, their pools per setting, and lookups."""
+
+    conversations: list[Conversation]
+    streams: dict[str, list[LocomoStream]]
+
+    def stream(self, setting: str, sample: str) -> LocomoStream:
+        index = [c.sample_id for c in self.conversations].index(sample)
+        return self.streams[setting][index]
+
+    def conversation(self, sample: str) -> Conversation:
+        return next(c for c in self.conversations if c.sample_id == sample)
+
+
+@dataclasses.dataclass
+class FoldAnswers:
+    """Calibrated answers on some pools: per setting, per conversation, the
+    ``float32[T, N]`` scores (NaN where not scored)."""
+
+    by_setting: dict[str, dict[str, np.ndarray]]
+
+    def quality(self, data: PoolData, setting: str) -> dict[str, Any]:
+        samples = list(self.by_setting[setting])
+        streams = [
+            with_scores(data.stream(setting, sample), self.by_setting[setting][sample])
+            for sample in samples
+        ]
+        return streams_scorer_quality(streams, (10, 20))
+
+    def profile(self, data: PoolData, setting: str, source: dict[str, Any]) -> dict:
+        parts: dict[str, list[np.ndarray]] = {
+            "scores": [],
+            "relevant": [],
+            "valid": [],
+            "memory": [],
+            "query": [],
+        }
+        for sample, answers in self.by_setting[setting].items():
+            arrays = data.stream(setting, sample).arrays
+            rows = np.flatnonzero(np.isfinite(answers).any(axis=1))
+            parts["scores"].append(answers[rows])
+            parts["relevant"].append(arrays.relevant[rows])
+            parts["valid"].append(arrays.valid[rows])
+            parts["memory"].append(
+                np.char.add(f"{sample}:", arrays.candidates[rows].astype(str))
+            )
+            parts["query"].append(np.char.add(f"{sample}:", rows.astype(str)))
+        width = max(p.shape[1] for p in parts["scores"])
+
+        def stacked(name: str, fill: Any) -> np.ndarray:
+            pad = [[(0, 0), (0, width - p.shape[1])] for p in parts[name]]
+            return np.concatenate(
+                [
+                    np.pad(p, w, constant_values=fill)
+                    for p, w in zip(parts[name], pad, strict=True)
+                ]
+            )
+
+        profile, counts = fit_scorer_profile(
+            stacked("scores", np.nan),
+            stacked("relevant", False),
+            stacked("valid", False),
+            stacked("memory", ""),
+            np.concatenate(parts["query"]),
+        )
+        return profile_to_json(profile, {**source, "setting": setting, **counts})
+
+
+def score_pools(scorer: Any, stream: LocomoStream, questions: np.ndarray) -> np.ndarray:
+    """The chosen questions' whole pools scored (NaN elsewhere)."""
+    answers = np.full(stream.arrays.scores.shape, np.nan, np.float32)
+    rows = np.flatnonzero(questions)
+    requests = []
+    for t in rows:
+        positions = np.flatnonzero(stream.arrays.valid[t])
+        memories = [
+            stream.meta.memory_texts[int(m)]
+            for m in stream.arrays.candidates[t, positions]
+        ]
+        requests.append((stream.meta.query_texts[t], memories))
+    for t, row in zip(rows, scorer.score_many(requests), strict=True):
+        positions = np.flatnonzero(stream.arrays.valid[t])
+        for position, value in zip(positions, row, strict=True):
+            if value.ok:
+                answers[t, position] = value.value
+    return answers
+
+
+__all__ = ["FoldAnswers", "PoolData", "score_pools"]
