@@ -72,6 +72,25 @@ def test_bad_jobs_name_the_field(tmp_path, locomo_path):
             TrainScorerJob(**{**job.__dict__, field: value}).validate()
 
 
+def _two_fold_job(locomo_path, embedding_cache_dir, tmp_path) -> TrainScorerJob:
+    """Two one-step folds on a slice of 26 and 30, written to ``tmp_path/scorer``."""
+    from earm_jax.scoring.cross_encoder_training import TrainingSettings
+
+    return TrainScorerJob(
+        data=str(locomo_path),
+        out=str(tmp_path / "scorer"),
+        conversations=("26", "30"),
+        limit=4,
+        folds=2,
+        validation_fraction=0.5,
+        training=TrainingSettings(
+            max_steps=1, group_size=4, hard_negatives=2, groups_per_step=1
+        ),
+        cache_dir=str(embedding_cache_dir),
+        score_cache=str(tmp_path / "scores.sqlite"),
+    )
+
+
 def test_a_stopped_build_keeps_its_finished_folds(
     locomo_path, embedding_cache_dir, tmp_path, monkeypatch
 ):
@@ -82,7 +101,6 @@ def test_a_stopped_build_keeps_its_finished_folds(
     from earm_jax.jobs.locomo import select_conversations
     from earm_jax.jobs.train_scorer import run_train_scorer
     from earm_jax.locomo.data import load_locomo
-    from earm_jax.scoring.cross_encoder_training import TrainingSettings
 
     real = train_scorer._train_fold
     calls = []
@@ -95,19 +113,7 @@ def test_a_stopped_build_keeps_its_finished_folds(
 
     monkeypatch.setattr(train_scorer, "_train_fold", stop_at_the_second_fold)
     out = tmp_path / "scorer"
-    job = TrainScorerJob(
-        data=str(locomo_path),
-        out=str(out),
-        conversations=("26", "30"),
-        limit=4,
-        folds=2,
-        validation_fraction=0.5,
-        training=TrainingSettings(
-            max_steps=1, group_size=4, hard_negatives=2, groups_per_step=1
-        ),
-        cache_dir=str(embedding_cache_dir),
-        score_cache=str(tmp_path / "scores.sqlite"),
-    )
+    job = _two_fold_job(locomo_path, embedding_cache_dir, tmp_path)
     with pytest.raises(KeyboardInterrupt):
         run_train_scorer(job)
     folder = open_scorer_folder(out)
@@ -142,7 +148,6 @@ def test_a_build_stopped_while_scoring_is_not_trained_again(
     were not all scored is scored on resume, not trained again."""
     import earm_jax.jobs.train_scorer as train_scorer
     from earm_jax.jobs.train_scorer import FOLD_RECORD, run_train_scorer
-    from earm_jax.scoring.cross_encoder_training import TrainingSettings
 
     real_train, real_scores = train_scorer._train_fold, train_scorer.scorer_scores
     trained, scored = [], []
@@ -160,19 +165,7 @@ def test_a_build_stopped_while_scoring_is_not_trained_again(
     monkeypatch.setattr(train_scorer, "_train_fold", counting_train)
     monkeypatch.setattr(train_scorer, "scorer_scores", stop_at_the_second_pool)
     out = tmp_path / "scorer"
-    job = TrainScorerJob(
-        data=str(locomo_path),
-        out=str(out),
-        conversations=("26", "30"),
-        limit=4,
-        folds=2,
-        validation_fraction=0.5,
-        training=TrainingSettings(
-            max_steps=1, group_size=4, hard_negatives=2, groups_per_step=1
-        ),
-        cache_dir=str(embedding_cache_dir),
-        score_cache=str(tmp_path / "scores.sqlite"),
-    )
+    job = _two_fold_job(locomo_path, embedding_cache_dir, tmp_path)
     with pytest.raises(KeyboardInterrupt):
         run_train_scorer(job)
     assert trained == ["fold-0", "fold-1"]
