@@ -6,7 +6,12 @@ import os
 import sys
 from pathlib import Path
 
+import jax
 import pytest
+
+# Strict settings, as equinox's tests: broadcasting between arrays of different
+# ranks must be written out (an implicit rank promotion raises).
+jax.config.update("jax_numpy_rank_promotion", "raise")
 
 REPO = Path(__file__).resolve().parents[1]
 # Test helpers (planted.py, reference_numpy.py, locomo_facts.py) live here and
