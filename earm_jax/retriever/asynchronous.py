@@ -9,7 +9,8 @@ Many coroutines may share one retriever. A query runs in two parts:
   :meth:`~earm_jax.retriever.online.OnlineRetriever.query_many` plans its
   anchors), awaits the scorer for the unpaid ones and stores each answer the
   moment it arrives (as the synchronous path does), without holding the
-  retriever: the scoring of many queries overlaps;
+  retriever: the scoring of many queries overlaps (a pair another coroutine
+  is paying is awaited, not paid twice);
 * **its turn, serialised**: queries are recorded one at a time in the order
   they arrived. At its turn a query draws its anchors again from the state it
   is really folded into; anchors paid ahead are taken from what it paid, any
@@ -143,7 +144,7 @@ class AsyncRetrieving:
         with self._turns_lock:
             futures = [self._paying.pop((text, m), None) for m in memories]
         for memory, future in zip(memories, futures, strict=True):
-            if future is None:
+            if future is None or future.done():
                 continue
             if memory in answers:
                 future.set_result(answers[memory])
@@ -300,7 +301,9 @@ class AsyncRetrieving:
         known.update(fresh)
         for memory, future in theirs.items():
             try:
-                answer = await asyncio.wrap_future(future)
+                # Shielded: a waiter's cancellation must not cancel the pair
+                # for the coroutine paying it and the others waiting.
+                answer = await asyncio.shield(asyncio.wrap_future(future))
             except asyncio.CancelledError:
                 task = asyncio.current_task()
                 if not future.cancelled() or (task and task.cancelling()):
