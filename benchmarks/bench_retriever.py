@@ -20,11 +20,21 @@ the machine, versions, commit and command; not a test.
         --out benchmarks/results/retriever_cpu.json
     python benchmarks/bench_retriever.py --quick \
         --out benchmarks/results/retriever_quick.json
+
+``--async`` measures instead the coroutine API's throughput: queries per second
+of ``aquery`` with a scorer that takes ``--scorer-ms`` (50) per request, for
+1 and 16 concurrent coroutines on one retriever, per preset (the scoring of
+concurrent queries overlaps; the recording of each stays serialised):
+
+    python benchmarks/bench_retriever.py --async \
+        --out benchmarks/results/retriever_async.json
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -239,6 +249,111 @@ def run_tenants(
     }
 
 
+class SlowScorer(TimedScorer):
+    """The hash scorer behind a fixed latency per request (``ascore_many``
+    awaits it, as an HTTP client would)."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+        self.requests = 0
+
+    def score_many(self, requests):
+        time.sleep(self.delay_s)
+        self.requests += 1
+        return super().score_many(requests)
+
+    async def ascore_many(self, requests):
+        await asyncio.sleep(self.delay_s)
+        self.requests += 1
+        return super().score_many(requests)
+
+
+def run_async(
+    num_memories: int,
+    num_queries: int,
+    concurrency: int,
+    preset: str,
+    delay_s: float,
+    folder: Path,
+) -> dict:
+    """``num_queries`` ``aquery`` calls, at most ``concurrency`` at a time."""
+    config = dataclasses.replace(RetrieverConfig(), preset=preset)
+    scorer = SlowScorer(delay_s)
+    embedder = TableEmbedder()
+    texts = [f"memory {i} about topic {i % 97}" for i in range(num_memories)]
+    questions = [f"question {i} on topic {i % 89}" for i in range(num_queries + 20)]
+    with OnlineRetriever(folder, scorer, embedder, config) as retriever:
+        retriever.add(texts)
+        for question in questions[:20]:  # compile and warm up
+            retriever.query(question)
+        scorer.requests, scorer.pairs = 0, 0
+
+        async def drive():
+            gate = asyncio.Semaphore(concurrency)
+
+            async def one(question):
+                async with gate:
+                    return await retriever.aquery(question)
+
+            return await asyncio.gather(*(one(q) for q in questions[20:]))
+
+        started = time.perf_counter()
+        answers = asyncio.run(drive())
+        seconds = time.perf_counter() - started
+    return {
+        "preset": preset,
+        "memories": num_memories,
+        "queries": num_queries,
+        "concurrency": concurrency,
+        "scorer_ms_per_request": delay_s * 1e3,
+        "seconds": round(seconds, 3),
+        "queries_per_second": round(num_queries / seconds, 2),
+        "scorer_requests": scorer.requests,
+        "pairs_paid": int(sum(a.calls for a in answers)),
+    }
+
+
+def main_async(args, argv) -> None:
+    results: list[dict] = []
+    payload = {
+        "benchmark": "aquery throughput, scorer latency per request, 1 vs N "
+        "concurrent coroutines on one retriever",
+        "settings": {
+            "config": "RetrieverConfig() defaults but preset",
+            "embedder": "random unit vectors (no model)",
+            "scorer": f"hash scores after {args.scorer_ms} ms per request",
+        },
+        "metadata": metadata(argv),
+        "results": results,
+    }
+    for preset in args.presets:
+        for concurrency in args.concurrency:
+            folder = Path(tempfile.mkdtemp(prefix="bench-async-"))
+            try:
+                results.append(
+                    run_async(
+                        args.memories[0],
+                        args.queries,
+                        concurrency,
+                        preset,
+                        args.scorer_ms / 1e3,
+                        folder,
+                    )
+                )
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+            write_json(payload, args.out)
+            print(json.dumps(results[-1]), flush=True)
+    for preset in args.presets:
+        rows = {r["concurrency"]: r for r in results if r["preset"] == preset}
+        low, high = min(rows), max(rows)
+        speedup = rows[high]["queries_per_second"] / rows[low]["queries_per_second"]
+        payload.setdefault("speedup", {})[preset] = round(speedup, 2)
+    write_json(payload, args.out)
+    print(json.dumps(payload["speedup"]), flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memories", type=int, nargs="+", default=[1000, 10000])
@@ -260,8 +375,24 @@ def main(argv: list[str] | None = None) -> None:
         help="do not hand freed heap pages back after snapshots and compiles "
         "(the A/B of that fix's effect on resident memory)",
     )
+    parser.add_argument(
+        "--async",
+        dest="async_mode",
+        action="store_true",
+        help="aquery throughput with a slow scorer, 1 vs 16 coroutines",
+    )
+    parser.add_argument("--scorer-ms", type=float, default=50.0)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--presets", nargs="+", default=["paper", "best"])
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
+    if args.async_mode:
+        if args.quick:
+            args.memories, args.queries = [300], 48
+        elif args.memories == [1000, 10000]:
+            args.memories, args.queries = [1000], min(args.queries, 320)
+        main_async(args, argv)
+        return
     if args.no_trim:
         import earm_jax.retriever.online as online
         import earm_jax.retriever.recovery as recovery

@@ -15,6 +15,7 @@ import typer
 from earm_jax import __version__
 from earm_jax.cli import (
     locomo,
+    mcp,
     notebook,
     plots,
     retriever,
@@ -67,6 +68,7 @@ notebook.register(app)
 plots.register(app)
 retriever.register(app)
 train_scorer.register(app)
+mcp.register(app)
 
 
 def _usage_line(error: UsageError) -> str:

@@ -2,7 +2,11 @@
 kept crash-safe on disk. ``from earm_jax.retriever import OnlineRetriever``.
 
 The Mem0 reranker (:mod:`earm_jax.retriever.mem0`) and the LangChain retriever
-(:mod:`earm_jax.retriever.langchain`) are optional extras, imported on demand.
+(:mod:`earm_jax.retriever.langchain`) and the LlamaIndex postprocessor
+(:mod:`earm_jax.retriever.llamaindex`) are optional extras, imported on demand;
+the MCP server is :mod:`earm_jax.retriever.mcp_server` (``earm mcp``). Every
+call has a coroutine twin (``aquery``, ``arerank``, ``aadd``, ...;
+:mod:`earm_jax.retriever.asynchronous`).
 """
 
 from earm_jax.retriever.maintenance import CheckReport as CheckReport
@@ -14,6 +18,7 @@ from earm_jax.retriever.online import Memory as Memory
 from earm_jax.retriever.online import OnlineRetriever as OnlineRetriever
 from earm_jax.retriever.online import Retrieved as Retrieved
 from earm_jax.retriever.online import RetrieverConfig as RetrieverConfig
+from earm_jax.retriever.online import Usage as Usage
 from earm_jax.retriever.tenants import TenantRetrievers as TenantRetrievers
 
 __all__ = [
@@ -25,6 +30,7 @@ __all__ = [
     "Retrieved",
     "RetrieverConfig",
     "TenantRetrievers",
+    "Usage",
     "check",
     "repair",
 ]

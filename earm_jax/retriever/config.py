@@ -211,4 +211,24 @@ class Retrieved:
         return list(self.ranked_ids)
 
 
-__all__ = ["Memory", "MemoryId", "Retrieved", "RetrieverConfig"]
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    """What a retriever has paid over its life (from its journal).
+
+    Attributes:
+      memories: live memories now.
+      queries: queries answered.
+      calls: pairs sent to the scorer.
+      cache_hits: anchors answered from scores paid earlier.
+      full_pool_calls: pairs a reranker that scores every candidate of every
+        query's pool would have sent.
+    """
+
+    memories: int
+    queries: int
+    calls: int
+    cache_hits: int
+    full_pool_calls: int
+
+
+__all__ = ["Memory", "MemoryId", "Retrieved", "RetrieverConfig", "Usage"]

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForRetrieverRun,
+    CallbackManagerForRetrieverRun,
+)
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict
@@ -40,27 +43,33 @@ class EarmRetriever(BaseRetriever):
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun
     ) -> list[Document]:
         if self.base_retriever is None:
-            answer = self.retriever.query(query, k=self.k)
-        else:
-            pool = self.base_retriever.invoke(
-                query, config={"callbacks": run_manager.get_child()}
-            )
-            candidates = []
-            for position, document in enumerate(pool):
-                if document.id is None:
-                    raise ValueError(
-                        f"base_retriever returned document {position} without an id"
-                    )
-                candidates.append(
-                    {
-                        "id": str(document.id),
-                        "text": document.page_content,
-                        "metadata": dict(document.metadata),
-                    }
-                )
-            if not candidates:
-                return []
-            answer = self.retriever.rerank(query, candidates, k=self.k)
+            return self._documents(self.retriever.query(query, k=self.k))
+        pool = self.base_retriever.invoke(
+            query, config={"callbacks": run_manager.get_child()}
+        )
+        candidates = _candidates(pool)
+        if not candidates:
+            return []
+        return self._documents(self.retriever.rerank(query, candidates, k=self.k))
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        """The coroutine path of ``ainvoke``: awaits the retriever's
+        ``aquery`` / ``arerank`` (no worker thread)."""
+        if self.base_retriever is None:
+            return self._documents(await self.retriever.aquery(query, k=self.k))
+        pool = await self.base_retriever.ainvoke(
+            query, config={"callbacks": run_manager.get_child()}
+        )
+        candidates = _candidates(pool)
+        if not candidates:
+            return []
+        answer = await self.retriever.arerank(query, candidates, k=self.k)
+        return self._documents(answer)
+
+    @staticmethod
+    def _documents(answer: Any) -> list[Document]:
         ranked = dict(
             zip(answer.memory_ids, range(len(answer.memory_ids)), strict=True)
         )
@@ -80,6 +89,23 @@ class EarmRetriever(BaseRetriever):
                 )
             )
         return documents
+
+
+def _candidates(pool: list[Document]) -> list[dict[str, Any]]:
+    candidates = []
+    for position, document in enumerate(pool):
+        if document.id is None:
+            raise ValueError(
+                f"base_retriever returned document {position} without an id"
+            )
+        candidates.append(
+            {
+                "id": str(document.id),
+                "text": document.page_content,
+                "metadata": dict(document.metadata),
+            }
+        )
+    return candidates
 
 
 __all__ = ["EarmRetriever"]

@@ -20,6 +20,7 @@ Install with ``pip install earm_jax[mem0]``. Set ``MEM0_TELEMETRY=False`` and
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from mem0.reranker.base import BaseReranker
@@ -57,12 +58,9 @@ class EarmReranker(BaseReranker):
             )
         return self.retrievers.get(str(users.pop()))
 
-    def rerank(
-        self, query: str, documents: list[dict[str, Any]], top_k: int | None = None
-    ) -> list[dict[str, Any]]:
-        """Mem0's documents best first, cut to ``top_k``, with ``rerank_score``."""
-        if not documents:
-            return []
+    def _candidates(
+        self, documents: list[dict[str, Any]], top_k: int | None
+    ) -> tuple[OnlineRetriever, list[dict[str, Any]], int]:
         retriever = self._retriever(documents)
         candidates = []
         for document in documents:
@@ -76,7 +74,11 @@ class EarmReranker(BaseReranker):
             for entry in candidates:
                 entry.pop("score", None)
         k = min(top_k or len(documents), len(documents))
-        answer = retriever.rerank(query, candidates, k=k)
+        return retriever, candidates, k
+
+    def _ranked(
+        self, answer: Any, documents: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
         self.last = answer
         by_id = {str(document["id"]): document for document in documents}
         score_of = dict(zip(answer.memory_ids, answer.scores, strict=True))
@@ -84,6 +86,25 @@ class EarmReranker(BaseReranker):
             {**by_id[mid], "rerank_score": float(score_of[mid])}
             for mid in answer.by_score()
         ]
+
+    def rerank(
+        self, query: str, documents: list[dict[str, Any]], top_k: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Mem0's documents best first, cut to ``top_k``, with ``rerank_score``."""
+        if not documents:
+            return []
+        retriever, candidates, k = self._candidates(documents, top_k)
+        return self._ranked(retriever.rerank(query, candidates, k=k), documents)
+
+    async def arerank(
+        self, query: str, documents: list[dict[str, Any]], top_k: int | None = None
+    ) -> list[dict[str, Any]]:
+        """:meth:`rerank`, awaited (:meth:`OnlineRetriever.arerank`)."""
+        if not documents:
+            return []
+        retriever, candidates, k = self._candidates(documents, top_k)
+        answer = await retriever.arerank(query, candidates, k=k)
+        return self._ranked(answer, documents)
 
 
 def search(
@@ -111,4 +132,26 @@ def search(
     return reranker.rerank(query, found, top_k=k)
 
 
-__all__ = ["EarmReranker", "search"]
+async def asearch(
+    memory: Any,
+    query: str,
+    user_id: str,
+    reranker: EarmReranker,
+    pool: int = 60,
+    k: int = 10,
+) -> list[dict[str, Any]]:
+    """:func:`search`, awaited: ``memory`` is a ``mem0.AsyncMemory`` (or a
+    ``mem0.Memory``, whose search then runs on the event loop), the reranking
+    is :meth:`EarmReranker.arerank`."""
+    found = memory.search(
+        query, filters={"user_id": user_id}, top_k=pool, threshold=0.0
+    )
+    if inspect.isawaitable(found):
+        found = await found
+    found = found["results"]
+    for document in found:
+        document.setdefault("user_id", user_id)
+    return await reranker.arerank(query, found, top_k=k)
+
+
+__all__ = ["EarmReranker", "asearch", "search"]

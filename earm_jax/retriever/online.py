@@ -59,6 +59,7 @@ import numpy as np
 
 from earm_jax.base import NOT_INSERTED, Observation, Query
 from earm_jax.core.grow import grow_state
+from earm_jax.retriever.asynchronous import AsyncRetrieving
 from earm_jax.retriever.compiled import (
     build_policy,
     functions_for,
@@ -69,6 +70,7 @@ from earm_jax.retriever.config import (
     MemoryId,
     Retrieved,
     RetrieverConfig,
+    Usage,
     is_int,
 )
 from earm_jax.retriever.paying import Paying, failure_kind
@@ -96,7 +98,7 @@ from earm_jax.store.journal import (
 from earm_jax.store.lock import FolderLock, FolderLockedError
 
 
-class OnlineRetriever(Recovery, MemoryTable, Paying, AdaptiveRounds):
+class OnlineRetriever(Recovery, MemoryTable, Paying, AdaptiveRounds, AsyncRetrieving):
     """EARM for one agent: add, edit, delete, query; the experience kept on disk.
 
     One process writes a folder at a time (a second gets
@@ -159,6 +161,8 @@ class OnlineRetriever(Recovery, MemoryTable, Paying, AdaptiveRounds):
         self._warming: set[tuple[int, int]] = set()
         self._mutex = threading.RLock()
         self._warm_thread: threading.Thread | None = None
+        self._usage_totals: list[int] | None = None
+        self._init_async()
         try:
             self._open(scorer, embedder, config)
         except sqlite3.DatabaseError as error:
@@ -354,6 +358,10 @@ class OnlineRetriever(Recovery, MemoryTable, Paying, AdaptiveRounds):
             self.ledger = adaptive[0]
         self._count += 1
         self._last_seq = seq
+        if self._usage_totals is not None:
+            self._usage_totals[0] += calls
+            self._usage_totals[1] += hits
+            self._usage_totals[2] += int(valid.sum())
         self._queries_since_snapshot += 1
         if self._queries_since_snapshot >= self.config.snapshot_every:
             self._snapshot_quietly()
@@ -399,14 +407,24 @@ class OnlineRetriever(Recovery, MemoryTable, Paying, AdaptiveRounds):
             raise ValueError(f"no memory matches where={dict(where or {})!r}")
         return self._answer(text, query, k)
 
-    def _answer(self, text: str, query: Query, k: int) -> Retrieved:
+    def _answer(
+        self, text: str, query: Query, k: int, known=None, prepaid: int = 0
+    ) -> Retrieved:
+        """Pays what the anchors need and records the query.
+
+        ``known``: answers this query holds already, by memory text (the
+        asynchronous path pays before it takes its turn); ``prepaid``: the
+        pairs it paid for them, reported as this query's calls.
+        """
         index = self._count
         self._ensure_room(self._rows_applied, index + 1)
         if self.ledger is not None:
-            return self._answer_adaptive(text, query, k)
+            return self._answer_adaptive(text, query, k, known, prepaid)
         positions, rows, cached = self._prepare(text, query, index, self.state)
-        answers, calls, hits = self._pay(text, rows, cached, index)
-        return self._finish(text, query, positions, rows, answers, k, calls, hits)
+        answers, calls, hits = self._pay(text, rows, cached, index, known)
+        return self._finish(
+            text, query, positions, rows, answers, k, calls + prepaid, hits
+        )
 
     @serialized
     def rerank(
@@ -428,6 +446,18 @@ class OnlineRetriever(Recovery, MemoryTable, Paying, AdaptiveRounds):
           k: how many to return (default ``config.top_k``).
         """
         self._check_open()
+        query, k, parsed = self._parse_candidates(query, candidates, k)
+        vector = self._embed([query], "query")[0]
+        self._register_candidates(parsed)
+        pool = self._candidate_pool(
+            [p[0] for p in parsed],
+            None if parsed[0][2] is None else [p[2] for p in parsed],
+            vector,
+        )
+        return self._answer(query, pool, k)
+
+    def _parse_candidates(self, query, candidates, k):
+        """The checked query, ``k`` and ``(id, text, score, metadata)`` entries."""
         query = check_text(query, "query")
         k = check_k(k, self.config.top_k)
         if isinstance(candidates, str | Mapping) or not isinstance(
@@ -466,7 +496,10 @@ class OnlineRetriever(Recovery, MemoryTable, Paying, AdaptiveRounds):
             raise ValueError("candidates hold an id twice")
         if any(p[2] is not None for p in parsed) and any(p[2] is None for p in parsed):
             raise ValueError("give a score for every candidate or for none")
-        vector = self._embed([query], "query")[0]
+        return query, k, parsed
+
+    def _register_candidates(self, parsed) -> None:
+        """Adds the unknown candidates, updates the edited ones."""
         new = [(m, t, meta) for m, t, _, meta in parsed if m not in self._row_of]
         if new:
             self.add(
@@ -485,14 +518,20 @@ class OnlineRetriever(Recovery, MemoryTable, Paying, AdaptiveRounds):
                 meta is not None and dict(meta) != self._metadata[row]
             ):
                 self.update(mid, text, meta)
-        rows = np.array([self._row_of[m] for m, _, _, _ in parsed], np.int64)
-        if parsed[0][2] is not None:
-            similarity = np.array([p[2] for p in parsed], np.float32)
+
+    def _candidate_pool(self, ids, scores, vector) -> Query:
+        """The pool of the live ones of ``ids`` (their current versions), by the
+        given similarity ``scores`` or else the embedder's cosine."""
+        live = [i for i, mid in enumerate(ids) if mid in self._row_of]
+        if not live:
+            raise ValueError("every candidate was deleted")
+        rows = np.array([self._row_of[ids[i]] for i in live], np.int64)
+        if scores is not None:
+            similarity = np.array([scores[i] for i in live], np.float32)
         else:
             similarity = (self._embeddings[rows] @ vector).astype(np.float32)
         order = np.lexsort((np.arange(len(rows)), -similarity))
-        pool = self._pool(rows[order], similarity[order])
-        return self._answer(query, pool, k)
+        return self._pool(rows[order], similarity[order])
 
     @serialized
     def query_many(self, texts: Sequence[str], k: int | None = None) -> list[Retrieved]:
@@ -567,6 +606,31 @@ class OnlineRetriever(Recovery, MemoryTable, Paying, AdaptiveRounds):
         return results
 
     @serialized
+    def usage(self) -> Usage:
+        """What this retriever has paid, from its journal (all its life)."""
+        self._check_open()
+        if self._usage_totals is None:
+            size = self.config.pool_size
+            totals = [0, 0, 0]
+            for _, kind, payload, data in self._journal.ops_after(0):
+                if kind != "query":
+                    continue
+                totals[0] += int(payload.get("calls", 0))
+                totals[1] += int(payload.get("cache_hits", 0))
+                if data is not None and len(data) == 14 * size:
+                    valid = np.frombuffer(data[8 * size : 9 * size], np.bool_)
+                    totals[2] += int(valid.sum())
+            self._usage_totals = totals
+        calls, hits, full = self._usage_totals
+        return Usage(
+            memories=self.num_memories,
+            queries=self._count,
+            calls=calls,
+            cache_hits=hits,
+            full_pool_calls=full,
+        )
+
+    @serialized
     def answer(self, index: int) -> list[MemoryId]:
         """The ids query ``index`` returned, best first (from the journal)."""
         self._check_open()
@@ -614,5 +678,6 @@ __all__ = [
     "Retrieved",
     "RetrieverConfig",
     "TextEmbedder",
+    "Usage",
     "build_policy",
 ]

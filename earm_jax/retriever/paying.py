@@ -58,6 +58,32 @@ def failure_kind(reason: str) -> str:
     return reason.split(":")[0].split(" after ")[0]
 
 
+def checked_answers(
+    requests: Sequence[tuple[str, Sequence[str]]],
+    answers: Any,
+    error: BaseException | None = None,
+) -> list[list[PairScore]]:
+    """One validated :class:`PairScore` per pair of ``requests``, from what a
+    scorer returned (``answers``) or raised (``error``): a scorer that raised
+    or answered the wrong shape fails every pair it was asked for."""
+    if error is not None:
+        reason = f"scorer raised {type(error).__name__}: {error}"
+        return [[PairScore.failure(reason)] * len(m) for _, m in requests]
+    if not isinstance(answers, Sequence) or len(answers) != len(requests):
+        got = len(answers) if isinstance(answers, Sequence) else type(answers).__name__
+        reason = f"wrong length: {got} answers for {len(requests)} requests"
+        return [[PairScore.failure(reason)] * len(m) for _, m in requests]
+    out = []
+    for (_, memories), row in zip(requests, answers, strict=True):
+        if not isinstance(row, Sequence) or len(row) != len(memories):
+            got = len(row) if isinstance(row, Sequence) else type(row).__name__
+            reason = f"wrong length: {got} scores for {len(memories)} pairs"
+            out.append([PairScore.failure(reason)] * len(memories))
+        else:
+            out.append([validated(answer) for answer in row])
+    return out
+
+
 class Paying:
     """The scorer-paying half of :class:`OnlineRetriever`."""
 
@@ -70,28 +96,7 @@ class Paying:
         if not pending.done.wait(timeout):
             reason = f"timeout after {timeout:g} s"
             return [[PairScore.failure(reason)] * len(m) for _, m in requests]
-        if pending.error is not None:
-            error = pending.error
-            reason = f"scorer raised {type(error).__name__}: {error}"
-            return [[PairScore.failure(reason)] * len(m) for _, m in requests]
-        answers = pending.result
-        if not isinstance(answers, Sequence) or len(answers) != len(requests):
-            got = (
-                len(answers)
-                if isinstance(answers, Sequence)
-                else type(answers).__name__
-            )
-            reason = f"wrong length: {got} answers for {len(requests)} requests"
-            return [[PairScore.failure(reason)] * len(m) for _, m in requests]
-        out = []
-        for (_, memories), row in zip(requests, answers, strict=True):
-            if not isinstance(row, Sequence) or len(row) != len(memories):
-                got = len(row) if isinstance(row, Sequence) else type(row).__name__
-                reason = f"wrong length: {got} scores for {len(memories)} pairs"
-                out.append([PairScore.failure(reason)] * len(memories))
-            else:
-                out.append([validated(answer) for answer in row])
-        return out
+        return checked_answers(requests, pending.result, pending.error)
 
     def _prepare(self, text: str, query: Query, index: int, state: SolverState):
         """Anchors of a query (rows, pool positions) and its cached scores."""
@@ -105,12 +110,21 @@ class Paying:
         return positions, rows, cached
 
     def _pay(
-        self, text: str, rows, cached, index: int
+        self, text: str, rows, cached, index: int, known=None
     ) -> tuple[list[PairScore], int, int]:
-        """Answers for the anchors: stored ones, then the scorer for the rest."""
+        """Answers for the anchors: stored ones, then the scorer for the rest.
+
+        ``known`` maps memory texts to answers this query has already (the
+        asynchronous path pays ahead, :mod:`earm_jax.retriever.asynchronous`);
+        they count as neither calls nor cache hits here.
+        """
+        known = known or {}
+        texts = [self._texts[r] for r in rows]
         missing = list(
             dict.fromkeys(
-                self._texts[r] for r, v in zip(rows, cached, strict=True) if v is None
+                t
+                for t, v in zip(texts, cached, strict=True)
+                if v is None and t not in known
             )
         )
         fresh = dict(
@@ -126,7 +140,14 @@ class Paying:
             index,
         )
         answers = [
-            PairScore.success(v) if v is not None else fresh[self._texts[r]]
-            for r, v in zip(rows, cached, strict=True)
+            known[t]
+            if t in known
+            else PairScore.success(v)
+            if v is not None
+            else fresh[t]
+            for t, v in zip(texts, cached, strict=True)
         ]
-        return answers, len(missing), sum(v is not None for v in cached)
+        hits = sum(
+            v is not None and t not in known for t, v in zip(texts, cached, strict=True)
+        )
+        return answers, len(missing), hits

@@ -55,17 +55,19 @@ class AdaptiveRounds:
         ledger, info = finish(ledger, progress)
         return ledger, info, rounds
 
-    def _answer_adaptive(self, text: str, query: Query, k: int) -> Retrieved:
+    def _answer_adaptive(
+        self, text: str, query: Query, k: int, known=None, prepaid: int = 0
+    ) -> Retrieved:
         index = self._count
         all_positions, all_rows, all_answers = [], [], []
-        totals = {"calls": 0, "hits": 0}
+        totals = {"calls": prepaid, "hits": 0}
 
         def pay(positions: np.ndarray):
             rows = np.asarray(query.candidates)[positions]
             cached = self._journal.get_scores(
                 self._scorer_key, text, [self._texts[r] for r in rows]
             )
-            answers, calls, hits = self._pay(text, rows, cached, index)
+            answers, calls, hits = self._pay(text, rows, cached, index, known)
             totals["calls"] += calls
             totals["hits"] += hits
             all_positions.extend(int(p) for p in positions)

@@ -235,6 +235,20 @@ class VllmScorer:
         finally:
             self.counters.wall_s += time.perf_counter() - started
 
+    async def ascore_many(
+        self, requests: Sequence[tuple[str, Sequence[str]]]
+    ) -> list[list[PairScore]]:
+        """:meth:`score_many`, awaited from any event loop (the requests run on
+        this scorer's own loop; cancelling the await cancels them)."""
+        started = time.perf_counter()
+        future = asyncio.run_coroutine_threadsafe(
+            self._score_many_async(requests), self._loop_thread.loop
+        )
+        try:
+            return await asyncio.wrap_future(future)
+        finally:
+            self.counters.wall_s += time.perf_counter() - started
+
     async def _score_many_async(
         self, requests: Sequence[tuple[str, Sequence[str]]]
     ) -> list[list[PairScore]]:

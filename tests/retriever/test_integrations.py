@@ -97,6 +97,29 @@ def test_mem0_pool_reranked_through_earm_per_user(tmp_path, mem0_memory):
             reranker.rerank(query, mixed, 3)
 
 
+def test_mem0_async_path_awaits_the_retriever(tmp_path, mem0_memory):
+    import asyncio
+
+    from earm_jax.retriever.mem0 import EarmReranker, asearch
+
+    class AwaitedScorer(KeywordScorer):
+        def score_many(self, requests):
+            raise AssertionError("the synchronous scorer path was used")
+
+        async def ascore_many(self, requests):
+            return KeywordScorer.score_many(self, requests)
+
+    with TenantRetrievers(tmp_path, AwaitedScorer(), HashEmbedder(), CONFIG) as tenants:
+        reranker = EarmReranker(tenants)
+        query = "Who won at chess?"
+        ranked = asyncio.run(
+            asearch(mem0_memory, query, "alice", reranker, pool=40, k=5)
+        )
+        assert len(ranked) == 5 and all("rerank_score" in d for d in ranked)
+        assert ranked[0]["memory"] == "alice won the regional chess final on day 33."
+        assert asyncio.run(reranker.arerank(query, [])) == []
+
+
 def test_langchain_retriever_own_pool_and_external_pool(tmp_path):
     pytest.importorskip("langchain_core")
     from langchain_core.documents import Document

@@ -237,3 +237,33 @@ def test_chat_mode_without_tokenize_matches_top_logprobs_by_text():
         scores = scorer.score("q", ["a", "b"])
         assert [s.value for s in scores] == pytest.approx([expected_yes()] * 2)
         assert stub.post_counts["/v1/chat/completions"] == 2
+
+
+def test_ascore_many_awaits_the_scorer_loop_and_cancels_cleanly():
+    import asyncio
+
+    def hang_for_q2(path, body, count):
+        if any("q2" in prompt for prompt in body["prompt"]):
+            return "hang"
+        return 200, yesno_completion(body)
+
+    with StubServer(hang_for_q2) as stub, make_scorer(stub, timeout_s=5.0) as scorer:
+
+        async def run():
+            results = await scorer.ascore_many([("q1", ["a", "b"]), ("q3", ["c"])])
+            hung = asyncio.create_task(scorer.ascore_many([("q2", ["d"])]))
+            await asyncio.sleep(0.2)
+            hung.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await hung
+            return results
+
+        results = asyncio.run(run())
+        assert [len(r) for r in results] == [2, 1]
+        assert all(
+            s.ok and s.value == pytest.approx(expected_yes())
+            for r in results
+            for s in r
+        )
+        # The scorer still answers synchronously after a cancelled request.
+        assert scorer.score("q1", ["e"])[0].ok

@@ -1,0 +1,448 @@
+"""The asynchronous half of :class:`~earm_jax.retriever.online.OnlineRetriever`:
+``aquery``, ``aquery_many``, ``arerank``, ``aadd`` (and ``aupdate``,
+``adelete``, ``aget``) for agents that run on asyncio.
+
+Many coroutines may share one retriever. A query runs in two parts:
+
+* **paying ahead, concurrently**: it draws its anchors for the index it will
+  most likely get (the queries in flight before it are counted, as
+  :meth:`~earm_jax.retriever.online.OnlineRetriever.query_many` plans its
+  anchors), awaits the scorer for the unpaid ones and stores each answer the
+  moment it arrives (as the synchronous path does), without holding the
+  retriever: the scoring of many queries overlaps (a pair another coroutine
+  is paying is awaited, not paid twice);
+* **its turn, serialised**: queries are recorded one at a time in the order
+  they arrived. At its turn a query draws its anchors again from the state it
+  is really folded into; anchors paid ahead are taken from what it paid, any
+  others are paid then (the ``best`` preset's rounds read the answers of the
+  queries before, so a query that arrived behind others may pay a few more
+  pairs at its turn), and the query is recorded in one transaction, through
+  the same code as :meth:`~earm_jax.retriever.online.OnlineRetriever.query`.
+
+So the durability and fault rules are the synchronous ones: a query is
+acknowledged when its coroutine returns; a scorer fault is a failed pair,
+counted, never a made-up score; a cancelled coroutine records nothing but the
+scores it was paid for (they are true and never paid twice), and a query is
+never half-recorded (the recording is synchronous: no cancellation can reach
+into it). Writes (``aadd``, ``aupdate``, ``adelete``) run one at a time, each
+as its synchronous twin.
+
+The scorer is awaited through its ``ascore_many(requests)`` coroutine where it
+has one (:class:`~earm_jax.scoring.vllm.VllmScorer`); a scorer without one is
+called in a daemon thread per request (a hung scorer never blocks the event
+loop, and its pairs fail after ``config.scorer_timeout``). Embedding and the
+solver's steps run on the event loop (they take milliseconds).
+
+The retriever's lock is shared with the synchronous API (threads and
+coroutines may mix); a coroutine never blocks the event loop waiting for it
+and never awaits while holding it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import jax.numpy as jnp
+import numpy as np
+
+from earm_jax.base import Query
+from earm_jax.retriever.config import Memory, MemoryId, Retrieved, Usage
+from earm_jax.retriever.paying import checked_answers
+from earm_jax.retriever.validation import check_k, check_text, check_texts, check_where
+from earm_jax.scoring.base import PairScore
+
+_T = TypeVar("_T")
+
+_TURN_POLL_S = 0.05
+"""How often a waiting query looks at the queue again (a wake-up is sent when
+its turn comes; the poll only covers retrievers shared by several loops)."""
+
+
+class _Turn:
+    """One query's place in the queue of asynchronous queries."""
+
+    __slots__ = ("event",)
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+
+class _Unpaid(Exception):
+    """Raised out of a dry run of the rounds: these memory texts are unpaid."""
+
+    def __init__(self, texts: list[str]) -> None:
+        super().__init__(f"{len(texts)} unpaid pairs")
+        self.texts = texts
+
+
+def _in_daemon_thread(fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
+    """``fn(*args)`` in a new daemon thread, as a future of the running loop
+    (a daemon, so a scorer that never returns never holds the process)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[_T] = loop.create_future()
+
+    def deliver(result: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def run() -> None:
+        result, error = None, None
+        try:
+            result = fn(*args)
+        except BaseException as caught:  # noqa: BLE001 - reported per pair
+            error = caught
+        try:
+            loop.call_soon_threadsafe(deliver, result, error)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    threading.Thread(target=run, name="earm-scorer-call", daemon=True).start()
+    return future
+
+
+class AsyncRetrieving:
+    """Coroutine methods of :class:`~earm_jax.retriever.online.OnlineRetriever`."""
+
+    # ------------------------------------------------------------ machinery
+
+    def _init_async(self) -> None:
+        self._turns: list[_Turn] = []
+        self._turns_lock = threading.Lock()
+        # Pairs being paid by a coroutine now: another that needs one awaits
+        # its answer instead of paying it again.
+        self._paying: dict[tuple[str, str], concurrent.futures.Future] = {}
+
+    def _claim(
+        self, text: str, memories: list[str]
+    ) -> tuple[list[str], dict[str, concurrent.futures.Future]]:
+        """Splits ``memories`` into the pairs this coroutine pays (claimed)
+        and those another coroutine is paying (their futures)."""
+        mine, theirs = [], {}
+        with self._turns_lock:
+            for memory in memories:
+                future = self._paying.get((text, memory))
+                if future is None:
+                    self._paying[(text, memory)] = concurrent.futures.Future()
+                    mine.append(memory)
+                else:
+                    theirs[memory] = future
+        return mine, theirs
+
+    def _settle(
+        self, text: str, memories: list[str], answers: Mapping[str, PairScore]
+    ) -> None:
+        """Hands the answers of claimed pairs to whoever waits (a pair left
+        unanswered, by a cancellation, is cancelled: the waiter pays it)."""
+        with self._turns_lock:
+            futures = [self._paying.pop((text, m), None) for m in memories]
+        for memory, future in zip(memories, futures, strict=True):
+            if future is None or future.done():
+                continue
+            if memory in answers:
+                future.set_result(answers[memory])
+            else:
+                future.cancel()
+
+    async def _locked(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """``fn(*args, **kwargs)`` under the retriever's lock, taken without
+        blocking the event loop. ``fn`` is synchronous: nothing awaits while
+        the lock is held, so no other coroutine of this thread can enter."""
+        delay = 1e-4
+        while not self._mutex.acquire(blocking=False):
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 5e-3)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._mutex.release()
+
+    def _join_queue(self, count: int = 1) -> list[_Turn]:
+        turns = [_Turn() for _ in range(count)]
+        with self._turns_lock:
+            self._turns.extend(turns)
+            if self._turns and self._turns[0] is turns[0]:
+                turns[0].event.set()
+        return turns
+
+    def _leave_queue(self, turn: _Turn) -> None:
+        with self._turns_lock:
+            was_first = bool(self._turns) and self._turns[0] is turn
+            if turn in self._turns:
+                self._turns.remove(turn)
+            head = self._turns[0] if self._turns and was_first else None
+        if head is not None:
+            head.event.set()
+
+    def _position(self, turn: _Turn) -> int:
+        with self._turns_lock:
+            return self._turns.index(turn)
+
+    async def _ascore(
+        self, requests: list[tuple[str, list[str]]]
+    ) -> list[list[PairScore]]:
+        """:meth:`_score`, awaited: the scorer's ``ascore_many`` or a daemon
+        thread; every fault becomes a failure."""
+        if not requests:
+            return []
+        timeout = self.config.scorer_timeout
+        native = getattr(self.scorer, "ascore_many", None)
+        try:
+            if native is not None:
+                call = native(requests)
+            else:
+                call = _in_daemon_thread(self.scorer.score_many, requests)
+            answers = await asyncio.wait_for(call, timeout)
+        except TimeoutError:
+            reason = f"timeout after {timeout:g} s"
+            return [[PairScore.failure(reason)] * len(m) for _, m in requests]
+        except Exception as error:  # noqa: BLE001 - reported per pair
+            return checked_answers(requests, None, error)
+        return checked_answers(requests, answers)
+
+    # ----------------------------------------------------------- one query
+
+    def _unpaid(
+        self, text: str, pool: Query, index: int, known: Mapping[str, PairScore]
+    ) -> list[str]:
+        """Memory texts the query's anchors need that are neither stored nor
+        ``known``, were it recorded at ``index`` now (no state changes)."""
+        if self.ledger is None:
+            ahead = self.state._replace(count=jnp.asarray(index, jnp.int32))
+            _, rows, cached = self._prepare(text, pool, index, ahead)
+            return list(
+                dict.fromkeys(
+                    self._texts[r]
+                    for r, v in zip(rows, cached, strict=True)
+                    if v is None and self._texts[r] not in known
+                )
+            )
+
+        def pay(positions: np.ndarray):
+            rows = np.asarray(pool.candidates)[positions]
+            texts = [self._texts[r] for r in rows]
+            cached = self._journal.get_scores(self._scorer_key, text, texts)
+            missing = [
+                t
+                for t, v in zip(texts, cached, strict=True)
+                if v is None and t not in known
+            ]
+            if missing:
+                raise _Unpaid(list(dict.fromkeys(missing)))
+            answers = [
+                known[t] if t in known else PairScore.success(v)
+                for t, v in zip(texts, cached, strict=True)
+            ]
+            return (
+                np.asarray([a.value if a.ok else 0.0 for a in answers], np.float32),
+                np.asarray([a.ok for a in answers], bool),
+            )
+
+        try:
+            self._rounds(pool, pay)
+        except _Unpaid as unpaid:
+            return unpaid.texts
+        return []
+
+    def _step(
+        self,
+        text: str,
+        pool_of: Callable[[], Query],
+        k: int,
+        turn: _Turn,
+        known: dict[str, PairScore],
+        prepaid: int,
+    ) -> Retrieved | tuple[list[str], int]:
+        """One look at the query (under the lock): its answer when it is its
+        turn and nothing is unpaid, else the unpaid texts and the index hint."""
+        self._check_open()
+        pool = pool_of()
+        position = self._position(turn)
+        index = self._count + position
+        missing = self._unpaid(text, pool, index, known)
+        if not missing and position == 0:
+            return self._answer(text, pool, k, known, prepaid)
+        return missing, index
+
+    def _store_paid(
+        self, text: str, answers: Mapping[str, PairScore], index: int
+    ) -> None:
+        self._check_open()
+        self._journal.put_scores(
+            self._scorer_key,
+            [(text, m, a.value) for m, a in answers.items() if a.ok],
+            index,
+        )
+
+    async def _pay_ahead(
+        self, text: str, missing: list[str], index: int, known: dict[str, PairScore]
+    ) -> int:
+        """Pays the unpaid pairs nobody else is paying, stores their answers,
+        awaits the others'; returns how many pairs this coroutine paid."""
+        mine, theirs = self._claim(text, missing)
+        fresh: dict[str, PairScore] = {}
+        try:
+            if mine:
+                answers = (await self._ascore([(text, mine)]))[0]
+                paid = dict(zip(mine, answers, strict=True))
+                await self._locked(self._store_paid, text, paid, index)
+                fresh = paid
+        finally:
+            self._settle(text, mine, fresh)
+        # Mine count as this query's calls; of theirs only the failures are
+        # kept (a scored pair is stored: the next look finds it, a cache hit).
+        known.update(fresh)
+        for memory, future in theirs.items():
+            try:
+                # Shielded: a waiter's cancellation must not cancel the pair
+                # for the coroutine paying it and the others waiting.
+                answer = await asyncio.shield(asyncio.wrap_future(future))
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if not future.cancelled() or (task and task.cancelling()):
+                    raise
+                continue  # its payer was cancelled: the next look pays it
+            if not answer.ok:
+                known[memory] = answer
+        return len(mine)
+
+    async def _answer_async(
+        self, text: str, pool_of: Callable[[], Query], k: int, turn: _Turn
+    ) -> Retrieved:
+        known: dict[str, PairScore] = {}
+        prepaid = 0
+        try:
+            while True:
+                step = await self._locked(
+                    self._step, text, pool_of, k, turn, known, prepaid
+                )
+                if isinstance(step, Retrieved):
+                    return step
+                missing, index = step
+                if missing:
+                    prepaid += await self._pay_ahead(text, missing, index, known)
+                    continue
+                # Paid ahead: wait for the turn (a cheap look, no dry run).
+                while self._position(turn) != 0:
+                    try:
+                        await asyncio.wait_for(turn.event.wait(), _TURN_POLL_S)
+                    except TimeoutError:
+                        pass
+        finally:
+            self._leave_queue(turn)
+
+    # ----------------------------------------------------------- public API
+
+    def _query_pool(self, vector: np.ndarray, where: Mapping | None) -> Query:
+        if not self._row_of:
+            raise ValueError("the retriever holds no memory yet: add() some first")
+        pool = self._pool_from_vector(vector, where)
+        if not bool(np.asarray(pool.valid).any()):
+            raise ValueError(f"no memory matches where={dict(where or {})!r}")
+        return pool
+
+    def _checked_query(self, text, k, where):
+        self._check_open()
+        text = check_text(text, "text")
+        k = check_k(k, self.config.top_k)
+        where = check_where(where)
+        if not self._row_of:
+            raise ValueError("the retriever holds no memory yet: add() some first")
+        return text, k, where
+
+    async def aquery(
+        self, text: str, k: int | None = None, where: Mapping | None = None
+    ) -> Retrieved:
+        """:meth:`query`, awaited (the scoring of concurrent queries overlaps)."""
+        text, k, where = await self._locked(self._checked_query, text, k, where)
+        vector = self._embed([text], "query")[0]
+        (turn,) = self._join_queue()
+        return await self._answer_async(
+            text, lambda: self._query_pool(vector, where), k, turn
+        )
+
+    async def aquery_many(
+        self, texts: Sequence[str], k: int | None = None
+    ) -> list[Retrieved]:
+        """:meth:`query_many`, awaited: the queries are recorded in order, their
+        scoring overlaps. If one fails the others still complete, then the
+        first error is raised."""
+        texts = check_texts(texts)
+        if not texts:
+            return []
+        _, k, _ = await self._locked(self._checked_query, texts[0], k, None)
+        vectors = self._embed(texts, "texts")
+        turns = self._join_queue(len(texts))
+        tasks = [
+            self._answer_async(
+                text, lambda vector=vector: self._query_pool(vector, None), k, turn
+            )
+            for text, vector, turn in zip(texts, vectors, turns, strict=True)
+        ]
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return list(results)
+
+    async def arerank(
+        self,
+        query: str,
+        candidates: Sequence[Mapping | tuple],
+        k: int | None = None,
+    ) -> Retrieved:
+        """:meth:`rerank`, awaited. Unknown candidates are registered (and
+        edited ones updated) first, each as an acknowledged write: they stay
+        registered if the coroutine is cancelled before the query is recorded."""
+        self._check_open()
+        query, k, parsed = await self._locked(
+            self._parse_candidates, query, candidates, k
+        )
+        vector = self._embed([query], "query")[0]
+        await self._locked(self._register_candidates, parsed)
+        ids = [p[0] for p in parsed]
+        scores = None if parsed[0][2] is None else [p[2] for p in parsed]
+        (turn,) = self._join_queue()
+        return await self._answer_async(
+            query, lambda: self._candidate_pool(ids, scores, vector), k, turn
+        )
+
+    async def aadd(
+        self,
+        texts: Sequence[str],
+        metadata: Sequence[Mapping | None] | None = None,
+        ids: Sequence[MemoryId] | None = None,
+    ) -> list[MemoryId]:
+        """:meth:`add`, awaited (one write at a time)."""
+        return await self._locked(self.add, texts, metadata, ids)
+
+    async def aupdate(
+        self,
+        id: MemoryId,
+        text: str | None = None,
+        metadata: Mapping | None = None,
+    ) -> None:
+        """:meth:`update`, awaited."""
+        await self._locked(self.update, id, text, metadata)
+
+    async def adelete(self, ids: Sequence[MemoryId]) -> None:
+        """:meth:`delete`, awaited."""
+        await self._locked(self.delete, ids)
+
+    async def aget(self, ids: Sequence[MemoryId]) -> list[Memory]:
+        """:meth:`get`, awaited."""
+        return await self._locked(self.get, ids)
+
+    async def ausage(self) -> Usage:
+        """:meth:`usage`, awaited."""
+        return await self._locked(self.usage)
+
+
+__all__ = ["AsyncRetrieving"]

