@@ -46,7 +46,6 @@ queries.
 
 from __future__ import annotations
 
-import math
 import os
 import sqlite3
 import threading
@@ -60,6 +59,7 @@ import numpy as np
 from earm_jax.base import NOT_INSERTED, Observation, Query
 from earm_jax.core.grow import grow_state
 from earm_jax.retriever.asynchronous import AsyncRetrieving
+from earm_jax.retriever.candidates import CandidatePools
 from earm_jax.retriever.compiled import (
     build_policy,
     functions_for,
@@ -80,12 +80,10 @@ from earm_jax.retriever.rounds import AdaptiveRounds
 from earm_jax.retriever.serial import serialized
 from earm_jax.retriever.table import MemoryTable
 from earm_jax.retriever.validation import (
-    check_id,
     check_k,
     check_text,
     check_texts,
     check_where,
-    metadata_json,
 )
 from earm_jax.scoring.base import PairScore, Scorer
 from earm_jax.store.embeddings import TextEmbedder
@@ -98,7 +96,9 @@ from earm_jax.store.journal import (
 from earm_jax.store.lock import FolderLock, FolderLockedError
 
 
-class OnlineRetriever(Recovery, MemoryTable, Paying, AdaptiveRounds, AsyncRetrieving):
+class OnlineRetriever(
+    Recovery, MemoryTable, Paying, AdaptiveRounds, CandidatePools, AsyncRetrieving
+):
     """EARM for one agent: add, edit, delete, query; the experience kept on disk.
 
     One process writes a folder at a time (a second gets
@@ -456,83 +456,6 @@ class OnlineRetriever(Recovery, MemoryTable, Paying, AdaptiveRounds, AsyncRetrie
         )
         return self._answer(query, pool, k)
 
-    def _parse_candidates(self, query, candidates, k):
-        """The checked query, ``k`` and ``(id, text, score, metadata)`` entries."""
-        query = check_text(query, "query")
-        k = check_k(k, self.config.top_k)
-        if isinstance(candidates, str | Mapping) or not isinstance(
-            candidates, Sequence
-        ):
-            raise ValueError("candidates must be a list of {'id', 'text'} dicts")
-        if not candidates:
-            raise ValueError("candidates is empty")
-        if len(candidates) > self.config.pool_size:
-            raise ValueError(
-                f"{len(candidates)} candidates exceed pool_size={self.config.pool_size}"
-            )
-        parsed = []
-        for i, entry in enumerate(candidates):
-            if isinstance(entry, Mapping):
-                mid, text = entry.get("id"), entry.get("text")
-                score, meta = entry.get("score"), entry.get("metadata")
-            elif isinstance(entry, tuple) and len(entry) == 2:
-                (mid, text), score, meta = entry, None, None
-            else:
-                raise ValueError(
-                    f"candidates[{i}] must be a dict or an (id, text) pair"
-                )
-            mid = check_id(mid, f"candidates[{i}].id")
-            text = check_text(text, f"candidates[{i}].text")
-            if score is not None and (
-                not isinstance(score, int | float | np.floating)
-                or not math.isfinite(score)
-            ):
-                raise ValueError(f"candidates[{i}].score must be a finite number")
-            metadata_json(meta, f"candidates[{i}].metadata")
-            if mid in self._retired_ids and mid not in self._row_of:
-                raise ValueError(f"candidates[{i}]: id {mid!r} was deleted")
-            parsed.append((mid, text, score, meta))
-        if len({p[0] for p in parsed}) != len(parsed):
-            raise ValueError("candidates hold an id twice")
-        if any(p[2] is not None for p in parsed) and any(p[2] is None for p in parsed):
-            raise ValueError("give a score for every candidate or for none")
-        return query, k, parsed
-
-    def _register_candidates(self, parsed) -> None:
-        """Adds the unknown candidates, updates the edited ones."""
-        new = [(m, t, meta) for m, t, _, meta in parsed if m not in self._row_of]
-        if new:
-            self.add(
-                [t for _, t, _ in new],
-                [meta for _, _, meta in new],
-                [m for m, _, _ in new],
-            )
-        # A known id with a new text is an edit (a new version, no evidence);
-        # new metadata alone replaces the stored metadata.
-        added = {m for m, _, _ in new}
-        for mid, text, _, meta in parsed:
-            if mid in added:
-                continue
-            row = self._row_of[mid]
-            if self._texts[row] != text or (
-                meta is not None and dict(meta) != self._metadata[row]
-            ):
-                self.update(mid, text, meta)
-
-    def _candidate_pool(self, ids, scores, vector) -> Query:
-        """The pool of the live ones of ``ids`` (their current versions), by the
-        given similarity ``scores`` or else the embedder's cosine."""
-        live = [i for i, mid in enumerate(ids) if mid in self._row_of]
-        if not live:
-            raise ValueError("every candidate was deleted")
-        rows = np.array([self._row_of[ids[i]] for i in live], np.int64)
-        if scores is not None:
-            similarity = np.array([scores[i] for i in live], np.float32)
-        else:
-            similarity = (self._embeddings[rows] @ vector).astype(np.float32)
-        order = np.lexsort((np.arange(len(rows)), -similarity))
-        return self._pool(rows[order], similarity[order])
-
     @serialized
     def query_many(self, texts: Sequence[str], k: int | None = None) -> list[Retrieved]:
         """Answers several queries in order, their anchors in one scorer request.
@@ -604,31 +527,6 @@ class OnlineRetriever(Recovery, MemoryTable, Paying, AdaptiveRounds, AsyncRetrie
                 self._finish(text, pool, positions, rows, answers, k, calls, hits)
             )
         return results
-
-    @serialized
-    def usage(self) -> Usage:
-        """What this retriever has paid, from its journal (all its life)."""
-        self._check_open()
-        if self._usage_totals is None:
-            size = self.config.pool_size
-            totals = [0, 0, 0]
-            for _, kind, payload, data in self._journal.ops_after(0):
-                if kind != "query":
-                    continue
-                totals[0] += int(payload.get("calls", 0))
-                totals[1] += int(payload.get("cache_hits", 0))
-                if data is not None and len(data) == 14 * size:
-                    valid = np.frombuffer(data[8 * size : 9 * size], np.bool_)
-                    totals[2] += int(valid.sum())
-            self._usage_totals = totals
-        calls, hits, full = self._usage_totals
-        return Usage(
-            memories=self.num_memories,
-            queries=self._count,
-            calls=calls,
-            cache_hits=hits,
-            full_pool_calls=full,
-        )
 
     @serialized
     def answer(self, index: int) -> list[MemoryId]:

@@ -13,6 +13,8 @@ import numpy as np
 
 from earm_jax.base import Query
 from earm_jax.core.config import SolverState
+from earm_jax.retriever.config import Usage
+from earm_jax.retriever.serial import serialized
 from earm_jax.scoring.base import PairScore, Scorer
 
 
@@ -151,3 +153,28 @@ class Paying:
             v is not None and t not in known for t, v in zip(texts, cached, strict=True)
         )
         return answers, len(missing), hits
+
+    @serialized
+    def usage(self) -> Usage:
+        """What this retriever has paid, from its journal (all its life)."""
+        self._check_open()
+        if self._usage_totals is None:
+            size = self.config.pool_size
+            totals = [0, 0, 0]
+            for _, kind, payload, data in self._journal.ops_after(0):
+                if kind != "query":
+                    continue
+                totals[0] += int(payload.get("calls", 0))
+                totals[1] += int(payload.get("cache_hits", 0))
+                if data is not None and len(data) == 14 * size:
+                    valid = np.frombuffer(data[8 * size : 9 * size], np.bool_)
+                    totals[2] += int(valid.sum())
+            self._usage_totals = totals
+        calls, hits, full = self._usage_totals
+        return Usage(
+            memories=self.num_memories,
+            queries=self._count,
+            calls=calls,
+            cache_hits=hits,
+            full_pool_calls=full,
+        )
