@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from pathlib import Path
@@ -26,6 +27,25 @@ def locomo_dir() -> Path:
     if configured:
         return Path(configured)
     return REPO.parent / "shared" / "data" / "locomo"
+
+
+# Every XLA:CPU executable keeps a few memory mappings alive while JAX caches
+# it; a whole test run compiles tens of thousands, and Linux refuses mappings
+# past vm.max_map_count (65,530 by default), which XLA meets as a segfault in
+# the next compile. Clearing JAX's caches when the count gets high frees them.
+MAPS_FILE = Path("/proc/self/maps")
+MAPS_BEFORE_CLEARING = 30_000
+
+
+@pytest.fixture(autouse=True)
+def _bounded_executable_mappings():
+    yield
+    if MAPS_FILE.exists():
+        with MAPS_FILE.open("rb") as maps:
+            count = sum(1 for _ in maps)
+        if count > MAPS_BEFORE_CLEARING:
+            jax.clear_caches()
+            gc.collect()
 
 
 def pytest_collection_modifyitems(config, items):
