@@ -13,10 +13,10 @@ Runs, each in its own Python (some set XLA flags before JAX starts):
   (``benchmarks/bench_scoring.py``; needs the ``.venv-vllm`` environment of
   ``.ci/install_vllm.sh``, full size only).
 
-``--quick`` is the CI smoke size (a few minutes on 2 cores, numbers
-meaningless); without it, the sizes of a report. Every benchmark writes one
-JSON into ``--out`` with its command, commit, date, versions and machine load;
-``suite.json`` lists them.
+``--quick`` is the CI smoke size (under 3 minutes on 2 shared cores, nearly
+all of it compiling; numbers meaningless); without it, the sizes of a report.
+Every benchmark writes one JSON into ``--out`` with its command, commit, date,
+versions and machine load; ``suite.json`` lists them.
 
     python -m benchmarks --quick --out /tmp/bench
     python -m benchmarks --only solver retriever --out benchmarks/results/suite
@@ -43,8 +43,20 @@ def commands(name: str, quick: bool, out: Path) -> list[str] | None:
     """The command line of one benchmark (``None``: skipped at this size)."""
     script = str(REPO / "benchmarks")
     if name == "solver":
+        # At the smoke size nearly all the time is XLA compiling: one compile
+        # per S, per swept M and per latency t. Quick compiles each timed
+        # function once (one S, one t, no M sweep): a smoke test of the code
+        # paths, whose timings mean nothing at these sizes anyway.
         size = (
-            ["--preset", "smoke", "--latency-t", "8", "32", "--streams", "1"]
+            [
+                "--preset",
+                "smoke",
+                "--latency-t",
+                "8",
+                "--streams",
+                "1",
+                "--sweep-memories",
+            ]
             if quick
             else ["--preset", "cpu"]
         )
@@ -71,17 +83,19 @@ def commands(name: str, quick: bool, out: Path) -> list[str] | None:
         ]
     if name == "retriever":
         size = (
+            # Compiling the best preset's functions (warm_up) is most of it;
+            # 20 queries still pay through the adaptive rounds and the ledger.
             [
                 "--memories",
-                "200",
+                "100",
                 "--queries",
-                "40",
+                "20",
                 "--tenants",
                 "0",
                 "--warmup",
-                "10",
+                "5",
                 "--log-every",
-                "20",
+                "10",
             ]
             if quick
             else []

@@ -18,6 +18,7 @@ from earm_jax.cli import (
     mcp,
     notebook,
     plots,
+    results,
     retriever,
     serve_scorer,
     simulate,
@@ -66,6 +67,7 @@ locomo.register(app)
 serve_scorer.register(app)
 notebook.register(app)
 plots.register(app)
+results.register(app)
 retriever.register(app)
 train_scorer.register(app)
 mcp.register(app)

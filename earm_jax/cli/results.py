@@ -1,0 +1,106 @@
+"""``earm results``: the docs' results tables, from the result JSONs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from earm_jax.cli.errors import UserError, user_errors
+from earm_jax.jobs.results_tables import (
+    TABLE_LIST,
+    marked_tables,
+    page_diff,
+    read_table_list,
+    regenerate,
+    stale_tables,
+)
+
+
+def _default_pages() -> list[Path]:
+    return [Path("README.md"), *sorted(Path("docs").glob("*.md"))]
+
+
+def _read_json(path: Path, fix: str) -> dict:
+    with user_errors(fix, OSError, json.JSONDecodeError):
+        return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _read_page(page: Path) -> str:
+    with user_errors(
+        "pass pages that exist (default README.md and docs/*.md)", OSError
+    ):
+        return page.read_text(encoding="utf-8")
+
+
+def results(
+    pages: Annotated[
+        list[Path] | None,
+        typer.Argument(help="Pages to rewrite (default README.md and docs/*.md)."),
+    ] = None,
+    results_folder: Annotated[
+        Path, typer.Option("--results", help="Folder of result JSONs.")
+    ] = Path("benchmarks/results"),
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Change nothing; print a diff and exit 1 where a table is stale.",
+        ),
+    ] = False,
+) -> None:
+    """Rewrite the generated results tables of the pages from the result JSONs.
+
+    A table sits between `<!-- results:NAME -->` and `<!-- /results:NAME -->`;
+    the results folder's tables.json says which JSON feeds which table.
+    """
+    pages = pages or _default_pages()
+    table_list = results_folder / TABLE_LIST
+    if not table_list.is_file():
+        raise UserError(
+            f"no {TABLE_LIST} in {str(results_folder)!r}",
+            "run from the repository root or pass --results benchmarks/results",
+        )
+    with user_errors(
+        f"fix {table_list}: each table needs columns and rows", KeyError, ValueError
+    ):
+        tables = read_table_list(_read_json(table_list, f"fix {table_list}"))
+    texts = {str(page): _read_page(page) for page in pages}
+    shown = {name for text in texts.values() for name in marked_tables(text)}
+    sources = {
+        source for name in shown if name in tables for source in tables[name].sources()
+    }
+    payloads = {
+        source: _read_json(
+            results_folder / source,
+            f"commit {source} to {results_folder} or drop its table from {TABLE_LIST}",
+        )
+        for source in sorted(sources)
+    }
+    with user_errors(f"fix {table_list} or the page's marker", KeyError):
+        fresh = regenerate(texts, tables, payloads)
+    stale = {page: stale_tables(texts[page], fresh[page]) for page in texts}
+    stale = {page: names for page, names in stale.items() if names}
+    if check:
+        for page, names in stale.items():
+            typer.echo(f"{page}: stale tables {', '.join(names)}")
+            typer.echo(page_diff(page, texts[page], fresh[page]))
+        if stale:
+            typer.echo(f"run `earm results` to regenerate ({len(stale)} pages)")
+            raise typer.Exit(1)
+        typer.echo(f"{len(shown)} tables on {len(texts)} pages match the result JSONs")
+        return
+    for page, names in stale.items():
+        Path(page).write_text(fresh[page], encoding="utf-8")
+        typer.echo(f"wrote {page}: {', '.join(names)}")
+    if not stale:
+        typer.echo(f"{len(shown)} tables already match the result JSONs")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("results")(results)
+
+
+__all__ = ["register"]

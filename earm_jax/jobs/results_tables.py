@@ -1,0 +1,329 @@
+"""The docs' results tables, generated from the committed result JSONs
+(``earm results``).
+
+Which JSON feeds which table is data, not code: the results folder's
+``tables.json`` declares each table (its default ``source`` JSON, its
+``columns``, its ``rows``), and a page shows a table between two marker
+comments::
+
+    <!-- results:locomo-headline -->
+    ...generated, never edited by hand...
+    <!-- /results:locomo-headline -->
+
+A column is a header, the ``values`` it reads (paths into the row's JSON, ``/``
+between keys, since keys hold dots such as ``turns:0.1:0``) and a Python
+``format`` string over them (``{0:.3f} [{1:.3f}, {2:.3f}]``). Paths and formats
+may name the row's own fields (``results/{policy}/recall@10/mean``, ``{label}``),
+and a row may override a column's format by header (to set a number in bold).
+Under each table, one line per source JSON says where its rows came from: the
+command, commit, date and machine the JSON recorded, or that it recorded none.
+
+Everything here is pure (texts and parsed JSONs in, texts out); reading and
+writing files is the caller's.
+
+Example:
+    >>> spec = read_table_list({"tables": {"demo": {
+    ...     "source": "run.json",
+    ...     "columns": [
+    ...         {"header": "policy", "format": "{label}"},
+    ...         {"header": "R@10", "values": ["results/{key}"], "format": "{0:+.2f}"},
+    ...     ],
+    ...     "rows": [{"key": "a", "label": "A"}, {"key": "b", "label": "B"}],
+    ... }}})
+    >>> run = {"results": {"a": 0.5, "b": -0.25}, "command": "earm simulate"}
+    >>> print(render_table(spec["demo"], {"run.json": run}))
+    | policy | R@10 |
+    | --- | --- |
+    | A | +0.50 |
+    | B | −0.25 |
+    <BLANKLINE>
+    Source: `run.json`, `earm simulate`; commit not recorded, date not recorded, ...
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import string
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+TABLE_LIST = "tables.json"
+"""The name of the table list in a results folder."""
+
+MARKED_TABLE = re.compile(
+    r"(?P<open><!-- results:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)"
+    r"(?P<close><!-- /results:(?P=name) -->)",
+    re.S,
+)
+"""A generated table on a page: its opening marker, body and closing marker."""
+
+NOT_RECORDED = "not recorded"
+
+
+class Column(NamedTuple):
+    """One column: ``format`` over the ``values`` read at these paths."""
+
+    header: str
+    values: tuple[str, ...]
+    format: str
+
+
+class TableSpec(NamedTuple):
+    """One generated table, as ``tables.json`` declares it."""
+
+    name: str
+    source: str | None
+    columns: tuple[Column, ...]
+    rows: tuple[Mapping[str, Any], ...]
+
+    def sources(self) -> list[str]:
+        """The result JSONs of its rows, in order of first use."""
+        found = [row.get("source", self.source) for row in self.rows]
+        return list(dict.fromkeys(found))
+
+
+class Provenance(NamedTuple):
+    """Where a result JSON came from, as far as it recorded it."""
+
+    command: str
+    commit: str
+    date: str
+    machine: str
+
+
+def _table(name: str, entry: Mapping[str, Any]) -> TableSpec:
+    columns = tuple(
+        Column(
+            header=column["header"],
+            values=tuple(column.get("values", ())),
+            format=column["format"],
+        )
+        for column in entry["columns"]
+    )
+    rows = tuple(entry["rows"])
+    source = entry.get("source")
+    for number, row in enumerate(rows):
+        if row.get("source", source) is None:
+            raise ValueError(f"table {name!r} row {number} has no source JSON")
+        unknown = set(row.get("formats", {})) - {column.header for column in columns}
+        if unknown:
+            raise ValueError(
+                f"table {name!r} row {number} formats unknown columns {sorted(unknown)}"
+            )
+    return TableSpec(name, source, columns, rows)
+
+
+def read_table_list(payload: Mapping[str, Any]) -> dict[str, TableSpec]:
+    """The tables a parsed ``tables.json`` declares, by name.
+
+    Raises:
+        ValueError: a row without a source, or formatting a column that is not there.
+        KeyError: a table or column without a required field.
+    """
+    return {name: _table(name, entry) for name, entry in payload["tables"].items()}
+
+
+def lookup(payload: Any, path: str) -> Any:
+    """The value at ``path`` (keys, or list indices, joined by ``/``).
+
+    Raises:
+        KeyError: naming the first step of the path that is not there.
+    """
+    value = payload
+    for step in path.split("/"):
+        if isinstance(value, Sequence) and not isinstance(value, str):
+            try:
+                value = value[int(step)]
+                continue
+            except (ValueError, IndexError):
+                raise KeyError(f"{path!r}: no item {step!r}") from None
+        if not isinstance(value, Mapping) or step not in value:
+            raise KeyError(f"{path!r}: no key {step!r}")
+        value = value[step]
+    return value
+
+
+class _NumberFormatter(string.Formatter):
+    """``str.format`` whose negative numbers take the typographic minus the
+    hand-written pages use (−0.028, not -0.028)."""
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        text = super().format_field(value, format_spec)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            text = text.replace("-", "−")
+        return text
+
+
+_FORMATTER = _NumberFormatter()
+
+
+def _cell(column: Column, row: Mapping[str, Any], payload: Any) -> str:
+    fields = {key: value for key, value in row.items() if isinstance(value, str)}
+    values = [lookup(payload, path.format(**fields)) for path in column.values]
+    template = row.get("formats", {}).get(column.header, column.format)
+    return _FORMATTER.format(template, *values, **fields)
+
+
+def _meta(payload: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The provenance record: the JSON itself, or its ``meta``/``metadata``."""
+    for key in ("meta", "metadata"):
+        if isinstance(payload.get(key), Mapping):
+            return payload[key]
+    return payload
+
+
+def _machine(meta: Mapping[str, Any]) -> str:
+    machine = meta.get("machine", meta)
+    if not isinstance(machine, Mapping) or "cpu_count" not in machine:
+        return f"machine {NOT_RECORDED}"
+    model = machine.get("cpu_model") or machine.get("processor")
+    cores = f"{machine['cpu_count']} CPUs"
+    return f"{cores} ({model})" if model else cores
+
+
+def provenance(payload: Mapping[str, Any]) -> Provenance:
+    """The command, commit, date and machine a result JSON recorded; a field
+    it lacks reads "not recorded", never a guess."""
+    meta = _meta(payload)
+    commit = meta.get("git_commit")
+    if commit:
+        head, dirty = commit.removesuffix("+dirty"), commit.endswith("+dirty")
+        commit = f"commit `{head[:7]}`" + (" with uncommitted changes" if dirty else "")
+    date = meta.get("date")
+    return Provenance(
+        command=meta.get("command") or f"command {NOT_RECORDED}",
+        commit=commit or f"commit {NOT_RECORDED}",
+        date=str(date)[:10] if date else f"date {NOT_RECORDED}",
+        machine=_machine(meta),
+    )
+
+
+def _source_line(source: str, payload: Mapping[str, Any]) -> str:
+    where = provenance(payload)
+    command = (
+        f"`{where.command}`"
+        if not where.command.endswith(NOT_RECORDED)
+        else where.command
+    )
+    return f"`{source}`, {command}; {where.commit}, {where.date}, {where.machine}."
+
+
+def render_table(spec: TableSpec, payloads: Mapping[str, Mapping[str, Any]]) -> str:
+    """The table's Markdown, then where its rows came from.
+
+    ``payloads`` maps each source name to its parsed JSON. With several sources
+    a last column names each row's; one source is named once, under the table.
+
+    Raises:
+        KeyError: a source missing from ``payloads``, or a path not in its JSON
+            (the message names the table).
+    """
+    sources = spec.sources()
+    missing = [source for source in sources if source not in payloads]
+    if missing:
+        raise KeyError(f"table {spec.name!r} reads {missing}, which is not there")
+    headers = [column.header for column in spec.columns]
+    if len(sources) > 1:
+        headers.append("source")
+    lines = ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
+    for row in spec.rows:
+        source = row.get("source", spec.source)
+        try:
+            cells = [_cell(column, row, payloads[source]) for column in spec.columns]
+        except KeyError as error:
+            raise KeyError(f"table {spec.name!r}, `{source}`: {error}") from None
+        if len(sources) > 1:
+            cells.append(f"`{source}`")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    if len(sources) == 1:
+        lines.append("Source: " + _source_line(sources[0], payloads[sources[0]]))
+    else:
+        lines.append("Sources:")
+        lines.append("")
+        lines.extend(f"- {_source_line(s, payloads[s])}" for s in sources)
+    return "\n".join(lines)
+
+
+def marked_tables(text: str) -> list[str]:
+    """The names of the generated tables on a page, in order."""
+    return [match["name"] for match in MARKED_TABLE.finditer(text)]
+
+
+def rewrite_page(text: str, rendered: Mapping[str, str]) -> str:
+    """The page with every marked table's body replaced by its rendering (a
+    blank line on each side, so the Markdown around the markers stays apart).
+
+    Raises:
+        KeyError: a marker names a table ``rendered`` does not have.
+    """
+
+    def body(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in rendered:
+            raise KeyError(f"the page shows table {name!r}, which {TABLE_LIST} lacks")
+        return f"{match['open']}\n{rendered[name]}\n\n{match['close']}"
+
+    return MARKED_TABLE.sub(body, text)
+
+
+def stale_tables(committed: str, regenerated: str) -> list[str]:
+    """The marked tables whose body differs between a page as committed and as
+    :func:`regenerate` wrote it."""
+    fresh = [match["body"] for match in MARKED_TABLE.finditer(regenerated)]
+    return [
+        match["name"]
+        for match, body in zip(MARKED_TABLE.finditer(committed), fresh, strict=True)
+        if match["body"] != body
+    ]
+
+
+def regenerate(
+    pages: Mapping[str, str],
+    tables: Mapping[str, TableSpec],
+    payloads: Mapping[str, Mapping[str, Any]],
+) -> dict[str, str]:
+    """Each page with its marked tables rendered afresh (only the tables the
+    pages show are rendered, so ``payloads`` needs only their sources).
+
+    Raises:
+        KeyError: a page shows a table ``tables`` lacks, or a table reads a
+            source or path that is not there; the message names the table.
+    """
+    shown = {name for text in pages.values() for name in marked_tables(text)}
+    unknown = sorted(shown - set(tables))
+    if unknown:
+        raise KeyError(f"the pages show tables {unknown}, which {TABLE_LIST} lacks")
+    rendered = {name: render_table(tables[name], payloads) for name in sorted(shown)}
+    return {page: rewrite_page(text, rendered) for page, text in pages.items()}
+
+
+def page_diff(name: str, before: str, after: str) -> str:
+    """A unified diff of a page against its regenerated form."""
+    return "".join(
+        difflib.unified_diff(
+            before.splitlines(keepends=True),
+            after.splitlines(keepends=True),
+            fromfile=f"{name} (committed)",
+            tofile=f"{name} (from the result JSONs)",
+        )
+    )
+
+
+__all__ = [
+    "MARKED_TABLE",
+    "TABLE_LIST",
+    "Column",
+    "Provenance",
+    "TableSpec",
+    "lookup",
+    "marked_tables",
+    "page_diff",
+    "provenance",
+    "read_table_list",
+    "regenerate",
+    "render_table",
+    "rewrite_page",
+    "stale_tables",
+]
