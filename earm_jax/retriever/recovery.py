@@ -124,6 +124,8 @@ class Recovery:
         self.snapshot_failures = 0
         self.last_snapshot_error: str | None = None
         self._rebuild()
+        # A folder made before the mark existed gets one now.
+        journal.advance_high_water()
 
     def _embedder_identity(self, embedder) -> dict | None:
         """What identifies the embedding model: its ``identity`` (when it
@@ -456,5 +458,6 @@ class Recovery:
         )
         self._queries_since_snapshot = 0
         self._snapshot_seq = self._last_seq
+        self._journal.sync_high_water()
         trim_heap()  # the snapshot's copies of the state are garbage now
         return written
