@@ -392,10 +392,10 @@ def main(argv: list[str] | None = None) -> None:
         main_async(args, argv)
         return
     if args.no_trim:
-        import earm_jax.retriever.online as online
+        import earm_jax.retriever.growth as growth
         import earm_jax.retriever.recovery as recovery
 
-        online.trim_heap = recovery.trim_heap = lambda: False
+        growth.trim_heap = recovery.trim_heap = lambda: False
     if args.quick:
         args.memories, args.queries = [1000], 300
         args.tenants, args.tenant_memories, args.tenant_queries = 3, 200, 600

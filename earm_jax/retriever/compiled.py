@@ -5,6 +5,7 @@ of the process, and the dummy run that compiles them ahead of need."""
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 import jax
@@ -20,6 +21,9 @@ from earm_jax.retriever.config import RetrieverConfig
 # of the process (tenants, reopenings), so nothing compiles twice.
 _FUNCTIONS: dict[tuple, tuple[Any, Any]] = {}
 _FUNCTIONS_LOCK = threading.Lock()
+# The retrievers of the process (open or not: a closed one holds no shape), so
+# a shape is dropped only when none holds it or could still grow into it.
+_RETRIEVERS: weakref.WeakSet = weakref.WeakSet()
 
 
 def functions_for(solver_config: SolverConfig, config: RetrieverConfig):
@@ -29,6 +33,41 @@ def functions_for(solver_config: SolverConfig, config: RetrieverConfig):
             solver = online_solver(solver_config, build_policy(config))
             _FUNCTIONS[key] = (jax.jit(solver.select), jax.jit(solver.observe))
         return _FUNCTIONS[key]
+
+
+def track(retriever) -> None:
+    """Counts ``retriever`` (its ``solver_config`` and ``config``) among the
+    holders of compiled shapes until it is closed or collected."""
+    with _FUNCTIONS_LOCK:
+        _RETRIEVERS.add(retriever)
+
+
+def left_behind(solver_config: SolverConfig, config: RetrieverConfig) -> bool:
+    """Drops the compiled functions of a shape a retriever grew out of, unless
+    it is where new folders start (the configured initial shape) or an open
+    retriever holds it or is smaller and may grow into it; returns whether
+    it dropped them. Each compiled executable keeps its memory until dropped.
+    """
+    if solver_config == solver_config_of(
+        config, config.initial_memories, config.initial_queries
+    ):
+        return False
+    key = (solver_config, policy_key(config))
+    with _FUNCTIONS_LOCK:
+        if key not in _FUNCTIONS:
+            return False
+        for other in list(_RETRIEVERS):
+            held = getattr(other, "solver_config", None)
+            if (
+                held is not None
+                and getattr(other, "_journal", None) is not None
+                and policy_key(other.config) == key[1]
+                and held.num_memories <= solver_config.num_memories
+                and held.capacity <= solver_config.capacity
+            ):
+                return False
+        del _FUNCTIONS[key]
+    return True
 
 
 def adaptive_for(config: RetrieverConfig):
@@ -90,6 +129,8 @@ __all__ = [
     "adaptive_for",
     "build_policy",
     "functions_for",
+    "left_behind",
     "run_dummy",
     "solver_config_of",
+    "track",
 ]
