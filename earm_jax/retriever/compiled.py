@@ -42,32 +42,52 @@ def track(retriever) -> None:
         _RETRIEVERS.add(retriever)
 
 
-def left_behind(solver_config: SolverConfig, config: RetrieverConfig) -> bool:
-    """Drops the compiled functions of a shape a retriever grew out of, unless
-    it is where new folders start (the configured initial shape) or an open
-    retriever holds it or is smaller and may grow into it; returns whether
-    it dropped them. Each compiled executable keeps its memory until dropped.
+def left_behind(solver_config: SolverConfig, config: RetrieverConfig) -> int:
+    """After a retriever grew out of ``solver_config``: drops the compiled
+    functions of every shape of its kind that no open retriever holds or may
+    still grow into (the shape just left; a shape compiled ahead that growth
+    went past, e.g. doubled memory rows no add needed), except the initial
+    shape, where every new folder starts; returns how many. Each compiled
+    executable keeps its memory until it is dropped.
     """
-    if solver_config == solver_config_of(
-        config, config.initial_memories, config.initial_queries
-    ):
-        return False
-    key = (solver_config, policy_key(config))
+    initial = solver_config_of(config, config.initial_memories, config.initial_queries)
+    policy = policy_key(config)
+
+    def reachable(shape: SolverConfig, held: SolverConfig) -> bool:
+        same_kind = (
+            held._replace(num_memories=shape.num_memories, capacity=shape.capacity)
+            == shape
+        )
+        return (
+            same_kind
+            and held.num_memories <= shape.num_memories
+            and held.capacity <= shape.capacity
+        )
+
     with _FUNCTIONS_LOCK:
-        if key not in _FUNCTIONS:
-            return False
-        for other in list(_RETRIEVERS):
-            held = getattr(other, "solver_config", None)
-            if (
-                held is not None
-                and getattr(other, "_journal", None) is not None
-                and policy_key(other.config) == key[1]
-                and held.num_memories <= solver_config.num_memories
-                and held.capacity <= solver_config.capacity
-            ):
-                return False
-        del _FUNCTIONS[key]
-    return True
+        held = [
+            other.solver_config
+            for other in list(_RETRIEVERS)
+            if getattr(other, "_journal", None) is not None
+            and isinstance(getattr(other, "solver_config", None), SolverConfig)
+            and policy_key(other.config) == policy
+        ]
+        stale = [
+            key
+            for key in _FUNCTIONS
+            if isinstance(key[0], SolverConfig)
+            and key[1] == policy
+            and key[0] != initial
+            and key[0]._replace(
+                num_memories=solver_config.num_memories,
+                capacity=solver_config.capacity,
+            )
+            == solver_config
+            and not any(reachable(key[0], shape) for shape in held)
+        ]
+        for key in stale:
+            del _FUNCTIONS[key]
+    return len(stale)
 
 
 def adaptive_for(config: RetrieverConfig):

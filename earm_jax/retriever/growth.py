@@ -3,11 +3,12 @@ compiling the next shapes before they are needed.
 
 Shapes are fixed inside jit, so the memory rows and the query capacity double
 when they fill up (:func:`~earm_jax.core.grow.grow_state`), and every new shape
-compiles once per process (:mod:`earm_jax.retriever.compiled`). A shape a
-retriever grew out of is dropped from that cache when no open retriever holds
-it or could still grow into it: each compiled executable keeps its memory
-until it is dropped, so keeping every shape ever used made a long-lived
-process's resident memory grow with each doubling.
+compiles once per process (:mod:`earm_jax.retriever.compiled`). When a
+retriever grows, every shape no open retriever holds or could still grow into
+(the one it left, a shape compiled ahead that it went past) is dropped from
+that cache: each compiled executable keeps its memory until it is dropped, so
+keeping every shape ever used made a long-lived process's resident memory
+grow with each doubling.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ class Growth:
                 num_memories=memories,
                 capacity=capacity,
             )
-            left_behind(old, self.config)
+            if left_behind(old, self.config):
+                trim_heap()  # what the dropped executables held
 
     def _warm_ahead(self) -> None:
         """Compiles the next buffer shapes in the background (no stall later).
