@@ -371,6 +371,12 @@ def main(argv: list[str] | None = None) -> None:
         "(the A/B of that fix's effect on resident memory)",
     )
     parser.add_argument(
+        "--no-evict",
+        action="store_true",
+        help="keep the compiled functions of every shape ever used (the A/B of "
+        "dropping the shapes every retriever grew out of)",
+    )
+    parser.add_argument(
         "--async",
         dest="async_mode",
         action="store_true",
@@ -396,6 +402,10 @@ def main(argv: list[str] | None = None) -> None:
         import earm_jax.retriever.recovery as recovery
 
         growth.trim_heap = recovery.trim_heap = lambda: False
+    if args.no_evict:
+        import earm_jax.retriever.growth as growth
+
+        growth.left_behind = lambda *_: 0
     if args.quick:
         args.memories, args.queries = [1000], 300
         args.tenants, args.tenant_memories, args.tenant_queries = 3, 200, 600
@@ -412,6 +422,7 @@ def main(argv: list[str] | None = None) -> None:
             "quick": args.quick,
             "warmup_queries": args.warmup,
             "heap_trimmed": not args.no_trim,
+            "outgrown_shapes_dropped": not args.no_evict,
             # Latencies measure the machine's load too: its load average is
             # in the metadata (at the start) and in each result (at its end).
             "niceness": os.nice(0),
