@@ -9,11 +9,14 @@ nor an embedding model is timed; the time spent inside the scorer call is
 measured and subtracted anyway). Per query it records the wall time of
 ``query`` minus the scorer's, and the bytes the process passed to ``write()``
 (``wchar`` of ``/proc/self/io``: the journal, its WAL and the snapshots); the
-resident set size (``VmRSS``) after the first ``--warmup`` queries and every
-``--log-every`` queries after. Then the same for ``--tenants`` tenants of
-``--tenant-memories`` memories each in one process (``TenantRetrievers``),
-``--tenant-queries`` queries in turn across them. Writes a JSON report with
-the machine, versions, commit and command; not a test.
+folder's bytes on disk before the first query and after the last (closed, so
+its ``-wal`` file is checkpointed), per query; the resident set size
+(``VmRSS``) and the number of XLA compiles so far after the first ``--warmup``
+queries and every ``--log-every`` queries after. Then the same for
+``--tenants`` tenants of ``--tenant-memories`` memories each in one process
+(``TenantRetrievers``), ``--tenant-queries`` queries in turn across them.
+Writes a JSON report with the machine, versions, commit and command; not a
+test.
 
     python benchmarks/bench_retriever.py --memories 1000 10000 --queries 10000 \
         --tenants 10 --tenant-queries 20000 \
@@ -37,6 +40,7 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -47,6 +51,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import metadata, write_json  # noqa: E402
+from _probes import (  # noqa: E402
+    CompileCounter,
+    disk_summary,
+    folder_bytes,
+    latency_summary,
+    load_average,
+    rss_mib,
+    rss_summary,
+    wchar,
+)
 
 from earm_jax.retriever import (  # noqa: E402
     OnlineRetriever,
@@ -95,44 +109,13 @@ class TimedScorer:
         return out
 
 
-def _rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def _latency_summary(latency_ms: np.ndarray) -> dict:
-    steady = latency_ms[10:] if len(latency_ms) > 20 else latency_ms
-    return {
-        "p50": float(np.percentile(latency_ms, 50)),
-        "p95": float(np.percentile(latency_ms, 95)),
-        "p99": float(np.percentile(latency_ms, 99)),
-        "max": float(latency_ms.max()),
-        "argmax_query": int(latency_ms.argmax()),
-        "p50_after_10": float(np.percentile(steady, 50)),
-    }
-
-
-def _rss_summary(samples: list[tuple[int, float]]) -> dict:
-    """RSS after warm-up, at the end, and at each sample (``(queries, MiB)``)."""
-    return {
-        "after_warmup_mib": samples[0][1],
-        "end_mib": samples[-1][1],
-        "growth_mib": samples[-1][1] - samples[0][1],
-        "samples": [{"queries": q, "mib": m} for q, m in samples],
-    }
-
-
-def _wchar() -> int:
-    for line in Path("/proc/self/io").read_text().splitlines():
-        if line.startswith("wchar:"):
-            return int(line.split()[1])
-    return 0
-
-
 def run(
-    num_memories: int, num_queries: int, folder: Path, log_every: int, warmup: int
+    num_memories: int,
+    num_queries: int,
+    folder: Path,
+    log_every: int,
+    warmup: int,
+    compiles: CompileCounter,
 ) -> dict:
     scorer = TimedScorer()
     config = RetrieverConfig()
@@ -143,20 +126,24 @@ def run(
             [f"memory {i}" for i in range(start, min(start + 1000, num_memories))]
         )
     add_seconds = time.perf_counter() - started
+    # Closed, so every page is in the journal file and none in its -wal file.
+    retriever.close()
+    disk_before = folder_bytes(folder)
+    retriever = OnlineRetriever(folder, scorer, TableEmbedder(), config)
     retriever.warm_up()
     latency, written, calls, rss = [], [], [], []
     for index in range(num_queries):
-        before_scorer, before_bytes = scorer.seconds, _wchar()
+        before_scorer, before_bytes = scorer.seconds, wchar()
         t0 = time.perf_counter()
         answer = retriever.query(f"query {index}")
         elapsed = time.perf_counter() - t0 - (scorer.seconds - before_scorer)
-        written.append(_wchar() - before_bytes)
+        written.append(wchar() - before_bytes)
         latency.append(elapsed)
         calls.append(answer.calls)
         if index + 1 == warmup or (
             index + 1 > warmup and log_every and (index + 1) % log_every == 0
         ):
-            rss.append((index + 1, _rss_mib()))
+            rss.append((index + 1, rss_mib(), compiles.count))
         if log_every and (index + 1) % log_every == 0:
             recent = np.asarray(latency[-log_every:]) * 1e3
             print(
@@ -166,15 +153,15 @@ def run(
                 flush=True,
             )
     retriever.close()
-    rss.append((num_queries, _rss_mib()))
+    rss.append((num_queries, rss_mib(), compiles.count))
     latency_ms = np.asarray(latency) * 1e3
     written = np.asarray(written)
     return {
         "num_memories": num_memories,
         "num_queries": num_queries,
         "add_seconds": add_seconds,
-        "latency_ms_excluding_scorer": _latency_summary(latency_ms),
-        "resident_memory": _rss_summary(rss),
+        "latency_ms_excluding_scorer": latency_summary(latency_ms),
+        "resident_memory": rss_summary(rss),
         "latency_p50_ms_by_thousand": [
             float(np.median(latency_ms[i : i + 1000]))
             for i in range(0, len(latency_ms), 1000)
@@ -188,14 +175,14 @@ def run(
                 for i in range(0, len(written), 1000)
             ],
         },
-        "journal_bytes_on_disk": sum(
-            p.stat().st_size for p in folder.iterdir() if p.is_file()
-        ),
+        "journal_bytes_on_disk": folder_bytes(folder),
+        "disk_bytes": disk_summary(disk_before, folder_bytes(folder), num_queries),
         "scorer_pairs": scorer.pairs,
         "mean_calls_per_query": float(np.mean(calls)),
         "calls_of_first_20_queries": calls[:20],
         "final_capacity": retriever.solver_config.capacity,
         "final_memory_rows": retriever.solver_config.num_memories,
+        "load_average_at_end": load_average(),
     }
 
 
@@ -206,6 +193,7 @@ def run_tenants(
     root: Path,
     log_every: int,
     warmup: int,
+    compiles: CompileCounter,
 ) -> dict:
     """``num_queries`` queries in turn across ``num_tenants`` tenants of one
     process (one folder each, compiled code shared)."""
@@ -214,19 +202,24 @@ def run_tenants(
     names = [f"tenant-{number}" for number in range(num_tenants)]
     for name in names:
         tenants[name].add([f"{name} memory {i}" for i in range(memories_each)])
+    tenants.close()
+    disk_before = folder_bytes(root)
+    tenants = TenantRetrievers(root, scorer, TableEmbedder(), RetrieverConfig())
+    for name in names:  # opened before the clock starts
+        tenants[name]
     tenants[names[0]].warm_up()
     latency, written, rss = [], [], []
     for index in range(num_queries):
         name = names[index % num_tenants]
-        before_scorer, before_bytes = scorer.seconds, _wchar()
+        before_scorer, before_bytes = scorer.seconds, wchar()
         t0 = time.perf_counter()
         tenants[name].query(f"{name} query {index}")
         latency.append(time.perf_counter() - t0 - (scorer.seconds - before_scorer))
-        written.append(_wchar() - before_bytes)
+        written.append(wchar() - before_bytes)
         if index + 1 == warmup or (
             index + 1 > warmup and log_every and (index + 1) % log_every == 0
         ):
-            rss.append((index + 1, _rss_mib()))
+            rss.append((index + 1, rss_mib(), compiles.count))
             print(
                 f"  tenants={num_tenants} q={index + 1}: "
                 f"p50 {np.median(latency[-log_every:]) * 1e3:.1f} ms, "
@@ -234,18 +227,20 @@ def run_tenants(
                 flush=True,
             )
     tenants.close()
-    rss.append((num_queries, _rss_mib()))
+    rss.append((num_queries, rss_mib(), compiles.count))
     return {
         "num_tenants": num_tenants,
         "memories_per_tenant": memories_each,
         "num_queries": num_queries,
-        "latency_ms_excluding_scorer": _latency_summary(np.asarray(latency) * 1e3),
+        "latency_ms_excluding_scorer": latency_summary(np.asarray(latency) * 1e3),
         "bytes_written_per_query": {
             "mean": float(np.mean(written)),
             "p50": float(np.median(written)),
         },
-        "resident_memory": _rss_summary(rss),
+        "resident_memory": rss_summary(rss),
+        "disk_bytes": disk_summary(disk_before, folder_bytes(root), num_queries),
         "scorer_pairs": scorer.pairs,
+        "load_average_at_end": load_average(),
     }
 
 
@@ -376,6 +371,12 @@ def main(argv: list[str] | None = None) -> None:
         "(the A/B of that fix's effect on resident memory)",
     )
     parser.add_argument(
+        "--no-evict",
+        action="store_true",
+        help="keep the compiled functions of every shape ever used (the A/B of "
+        "dropping the shapes every retriever grew out of)",
+    )
+    parser.add_argument(
         "--async",
         dest="async_mode",
         action="store_true",
@@ -384,6 +385,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scorer-ms", type=float, default=50.0)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--presets", nargs="+", default=["paper", "best"])
+    parser.add_argument(
+        "--note", default=None, help="recorded in the JSON (e.g. the machine's load)"
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     if args.async_mode:
@@ -394,14 +398,19 @@ def main(argv: list[str] | None = None) -> None:
         main_async(args, argv)
         return
     if args.no_trim:
-        import earm_jax.retriever.online as online
+        import earm_jax.retriever.growth as growth
         import earm_jax.retriever.recovery as recovery
 
-        online.trim_heap = recovery.trim_heap = lambda: False
+        growth.trim_heap = recovery.trim_heap = lambda: False
+    if args.no_evict:
+        import earm_jax.retriever.growth as growth
+
+        growth.left_behind = lambda *_: 0
     if args.quick:
         args.memories, args.queries = [1000], 300
         args.tenants, args.tenant_memories, args.tenant_queries = 3, 200, 600
         args.warmup, args.log_every = 50, 100
+    compiles = CompileCounter()
     results: list[dict] = []
     payload = {
         "benchmark": "retriever query latency (scorer excluded), bytes written, "
@@ -413,6 +422,11 @@ def main(argv: list[str] | None = None) -> None:
             "quick": args.quick,
             "warmup_queries": args.warmup,
             "heap_trimmed": not args.no_trim,
+            "outgrown_shapes_dropped": not args.no_evict,
+            # Latencies measure the machine's load too: its load average is
+            # in the metadata (at the start) and in each result (at its end).
+            "niceness": os.nice(0),
+            "note": args.note,
         },
         "metadata": metadata(argv),
         "results": results,
@@ -421,7 +435,14 @@ def main(argv: list[str] | None = None) -> None:
         folder = Path(tempfile.mkdtemp(prefix="bench-retriever-"))
         try:
             results.append(
-                run(num_memories, args.queries, folder, args.log_every, args.warmup)
+                run(
+                    num_memories,
+                    args.queries,
+                    folder,
+                    args.log_every,
+                    args.warmup,
+                    compiles,
+                )
             )
         finally:
             shutil.rmtree(folder, ignore_errors=True)
@@ -437,6 +458,7 @@ def main(argv: list[str] | None = None) -> None:
                 root,
                 args.log_every,
                 args.warmup,
+                compiles,
             )
         finally:
             shutil.rmtree(root, ignore_errors=True)

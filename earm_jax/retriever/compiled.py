@@ -5,6 +5,7 @@ of the process, and the dummy run that compiles them ahead of need."""
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 import jax
@@ -20,6 +21,9 @@ from earm_jax.retriever.config import RetrieverConfig
 # of the process (tenants, reopenings), so nothing compiles twice.
 _FUNCTIONS: dict[tuple, tuple[Any, Any]] = {}
 _FUNCTIONS_LOCK = threading.Lock()
+# The retrievers of the process (open or not: a closed one holds no shape), so
+# a shape is dropped only when none holds it or could still grow into it.
+_RETRIEVERS: weakref.WeakSet = weakref.WeakSet()
 
 
 def functions_for(solver_config: SolverConfig, config: RetrieverConfig):
@@ -29,6 +33,61 @@ def functions_for(solver_config: SolverConfig, config: RetrieverConfig):
             solver = online_solver(solver_config, build_policy(config))
             _FUNCTIONS[key] = (jax.jit(solver.select), jax.jit(solver.observe))
         return _FUNCTIONS[key]
+
+
+def track(retriever) -> None:
+    """Counts ``retriever`` (its ``solver_config`` and ``config``) among the
+    holders of compiled shapes until it is closed or collected."""
+    with _FUNCTIONS_LOCK:
+        _RETRIEVERS.add(retriever)
+
+
+def left_behind(solver_config: SolverConfig, config: RetrieverConfig) -> int:
+    """After a retriever grew out of ``solver_config``: drops the compiled
+    functions of every shape of its kind that no open retriever holds or may
+    still grow into (the shape just left; a shape compiled ahead that growth
+    went past, e.g. doubled memory rows no add needed), except the initial
+    shape, where every new folder starts; returns how many. Each compiled
+    executable keeps its memory until it is dropped.
+    """
+    initial = solver_config_of(config, config.initial_memories, config.initial_queries)
+    policy = policy_key(config)
+
+    def reachable(shape: SolverConfig, held: SolverConfig) -> bool:
+        same_kind = (
+            held._replace(num_memories=shape.num_memories, capacity=shape.capacity)
+            == shape
+        )
+        return (
+            same_kind
+            and held.num_memories <= shape.num_memories
+            and held.capacity <= shape.capacity
+        )
+
+    with _FUNCTIONS_LOCK:
+        held = [
+            other.solver_config
+            for other in list(_RETRIEVERS)
+            if getattr(other, "_journal", None) is not None
+            and isinstance(getattr(other, "solver_config", None), SolverConfig)
+            and policy_key(other.config) == policy
+        ]
+        stale = [
+            key
+            for key in _FUNCTIONS
+            if isinstance(key[0], SolverConfig)
+            and key[1] == policy
+            and key[0] != initial
+            and key[0]._replace(
+                num_memories=solver_config.num_memories,
+                capacity=solver_config.capacity,
+            )
+            == solver_config
+            and not any(reachable(key[0], shape) for shape in held)
+        ]
+        for key in stale:
+            del _FUNCTIONS[key]
+    return len(stale)
 
 
 def adaptive_for(config: RetrieverConfig):
@@ -90,6 +149,8 @@ __all__ = [
     "adaptive_for",
     "build_policy",
     "functions_for",
+    "left_behind",
     "run_dummy",
     "solver_config_of",
+    "track",
 ]

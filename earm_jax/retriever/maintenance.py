@@ -214,7 +214,10 @@ def repair(path: str | os.PathLike[str]) -> list[str]:
     if lost is not None:
         raise CorruptFolderError(f"cannot restore: {lost}")
     with FolderLock(folder, guarded=(JOURNAL_NAME,)):
-        journal = Journal(folder)
+        try:
+            journal = Journal(folder)
+        except CorruptFolderError as error:
+            raise CorruptFolderError(f"cannot restore: {error}") from error
         try:
             findings = journal.findings()
             dropped = journal.drop_damaged_scores()

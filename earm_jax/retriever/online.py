@@ -17,6 +17,9 @@ Durability. Everything lives in one folder:
   (:mod:`earm_jax.store.lock`).
 * ``retriever.json``: written once the journal holds its settings; a folder
   with it and a missing or empty journal is refused, never opened as new.
+* ``high_water``: the last committed operation's number; a journal behind it
+  (its ``-wal`` file removed after a crash) is refused
+  (:mod:`earm_jax.store.high_water`).
 
 On open the latest snapshot is loaded and the operations after it are replayed
 through the same code path that ran them (the solver is deterministic given its
@@ -38,10 +41,10 @@ chronological key of a memory is the position of its first version.
 
 Where the parts live: settings and answers in ``config.py``, input checks in
 ``validation.py``, the compiled functions in ``compiled.py``, paying the scorer
-in ``paying.py``, opening, replay and snapshots in ``recovery.py``, the memory
-table (add, update, delete, the similarity pool) in ``table.py``, the ``best``
-preset's rounds in ``rounds.py``; this module assembles them and answers
-queries.
+in ``paying.py``, opening, replay and snapshots in ``recovery.py``, buffer
+growth and compiling ahead in ``growth.py``, the memory table (add, update,
+delete, the similarity pool) in ``table.py``, the ``best`` preset's rounds in
+``rounds.py``; this module assembles them and answers queries.
 """
 
 from __future__ import annotations
@@ -57,13 +60,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from earm_jax.base import NOT_INSERTED, Observation, Query
-from earm_jax.core.grow import grow_state
 from earm_jax.retriever.asynchronous import AsyncRetrieving
 from earm_jax.retriever.candidates import CandidatePools
 from earm_jax.retriever.compiled import (
     build_policy,
     functions_for,
-    run_dummy,
 )
 from earm_jax.retriever.config import (
     Memory,
@@ -73,9 +74,9 @@ from earm_jax.retriever.config import (
     Usage,
     is_int,
 )
+from earm_jax.retriever.growth import Growth
 from earm_jax.retriever.paying import Paying, failure_kind
 from earm_jax.retriever.recovery import Recovery
-from earm_jax.retriever.resident import trim_heap
 from earm_jax.retriever.rounds import AdaptiveRounds
 from earm_jax.retriever.serial import serialized
 from earm_jax.retriever.table import MemoryTable
@@ -97,7 +98,13 @@ from earm_jax.store.lock import FolderLock, FolderLockedError
 
 
 class OnlineRetriever(
-    Recovery, MemoryTable, Paying, AdaptiveRounds, CandidatePools, AsyncRetrieving
+    Recovery,
+    MemoryTable,
+    Growth,
+    Paying,
+    AdaptiveRounds,
+    CandidatePools,
+    AsyncRetrieving,
 ):
     """EARM for one agent: add, edit, delete, query; the experience kept on disk.
 
@@ -184,27 +191,6 @@ class OnlineRetriever(
     def _functions(self):
         return functions_for(self.solver_config, self.config)
 
-    def _ensure_room(self, num_memories: int, num_queries: int) -> None:
-        memories, capacity = (
-            self.solver_config.num_memories,
-            self.solver_config.capacity,
-        )
-        while memories < num_memories:
-            memories *= 2
-        while capacity < num_queries:
-            capacity *= 2
-        if (memories, capacity) != (
-            self.solver_config.num_memories,
-            self.solver_config.capacity,
-        ):
-            self.state, self.solver_config = grow_state(
-                self.state,
-                self.solver_config,
-                self._key("grow", memories + capacity),
-                num_memories=memories,
-                capacity=capacity,
-            )
-
     def _set_insert_time(self, rows: Sequence[int], value: int) -> None:
         insert_time = np.array(self.state.insert_time)
         insert_time[np.asarray(rows, np.int64)] = value
@@ -234,66 +220,6 @@ class OnlineRetriever(
         self.state = state
         self._count += 1
         return info
-
-    # -------------------------------------------------------------- growth
-
-    def _warm_ahead(self) -> None:
-        """Compiles the next buffer shapes in the background (no stall later).
-
-        Queries grow the history by one row each, so warming starts at half of
-        the query capacity; memories arrive in batches, so at three quarters.
-        One warming thread at a time (tracing holds the GIL: it slows queries
-        a little while it runs instead of stalling one query for seconds).
-        """
-        if not self.config.precompile or self._replaying:
-            return
-        if self._warm_thread is not None and self._warm_thread.is_alive():
-            return
-        memories, capacity = (
-            self.solver_config.num_memories,
-            self.solver_config.capacity,
-        )
-        target = None
-        if (self._count + 1) * 2 > capacity:
-            target = (memories, capacity * 2)
-        elif self._rows_applied * 4 > memories * 3:
-            target = (memories * 2, capacity)
-        if target is None or target in self._warming:
-            return
-        self._warming.add(target)
-        # Not a daemon: exiting while XLA compiles aborts the process, so the
-        # interpreter waits for a running compile to finish before it exits.
-        self._warm_thread = threading.Thread(
-            target=self._warm,
-            args=(self.state, self.solver_config, target),
-            daemon=False,
-        )
-        self._warm_thread.start()
-
-    @serialized
-    def warm_up(self) -> None:
-        """Compiles the solver for the current buffer shapes now (else the first
-        query does)."""
-        self._check_open()
-        self._run_dummy(self.state, self.solver_config)
-
-    def _run_dummy(self, state, solver_config) -> None:
-        run_dummy(state, solver_config, self.config, self._key("select", 0))
-
-    def _warm(self, state, solver_config, target) -> None:
-        try:
-            grown, grown_config = grow_state(
-                state,
-                solver_config,
-                self._key("grow", sum(target)),
-                num_memories=target[0],
-                capacity=target[1],
-            )
-            self._run_dummy(grown, grown_config)
-        except Exception:  # noqa: BLE001 - warming is only an optimisation
-            pass
-        finally:
-            trim_heap()  # the compiler's working memory, freed in this thread
 
     # ---------------------------------------------------------------- helpers
 

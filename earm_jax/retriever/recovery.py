@@ -18,7 +18,12 @@ from earm_jax.base import NOT_INSERTED, Observation, Query
 from earm_jax.core.config import SolverConfig, SolverState
 from earm_jax.core.online import online_solver
 from earm_jax.policies.adaptive import Ledger
-from earm_jax.retriever.compiled import adaptive_for, build_policy, solver_config_of
+from earm_jax.retriever.compiled import (
+    adaptive_for,
+    build_policy,
+    solver_config_of,
+    track,
+)
 from earm_jax.retriever.config import RUNTIME_FIELDS, RetrieverConfig, runtime_of
 from earm_jax.retriever.resident import trim_heap
 from earm_jax.retriever.serial import serialized
@@ -123,7 +128,10 @@ class Recovery:
         self.failure_counts: Counter[str] = Counter()
         self.snapshot_failures = 0
         self.last_snapshot_error: str | None = None
+        track(self)
         self._rebuild()
+        # A folder made before the mark existed gets one now.
+        journal.advance_high_water()
 
     def _embedder_identity(self, embedder) -> dict | None:
         """What identifies the embedding model: its ``identity`` (when it
@@ -456,5 +464,6 @@ class Recovery:
         )
         self._queries_since_snapshot = 0
         self._snapshot_seq = self._last_seq
+        self._journal.sync_high_water()
         trim_heap()  # the snapshot's copies of the state are garbage now
         return written

@@ -34,7 +34,9 @@ Snapshot chunks are keyed by their own BLAKE2b hash. ``retired_op`` (which a
 delete or an edit sets later) is not in the memory checksum: it is checked
 against the retire operations instead. A checksum catches changed bytes; it
 cannot catch a whole row removed or an old, valid row put back, nor damage
-that SQLite itself reports first (``quick_check``).
+that SQLite itself reports first (``quick_check``). Operations lost as a
+whole (a ``-wal`` file removed after a crash) are caught by the high-water
+mark beside the journal (:mod:`earm_jax.store.high_water`), checked at open.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from earm_jax.store.high_water import HIGH_WATER_NAME, HighWater, behind_mark
 from earm_jax.store.integrity import (
     CHECKED_FIELDS,
     CorruptFolderError,
@@ -103,6 +106,10 @@ class Journal(SnapshotStore, ScoreStore):
             raise ValueError(f"synchronous must be FULL or NORMAL, got {synchronous!r}")
         self.path = Path(folder) / JOURNAL_NAME
         self.existed = self.path.exists() and self.path.stat().st_size > 0
+        self._high_water = HighWater(folder)
+        # Read before the journal: the mark is written after each commit, so
+        # read in this order it is never ahead of a journal that lost nothing.
+        mark = self._high_water.read()
         try:
             self._db = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False
@@ -121,10 +128,14 @@ class Journal(SnapshotStore, ScoreStore):
             # again, then overwritten), counted here and reported by check.
             self.damaged_scores = 0
             self._migrate()
+            last = self.last_seq()
         except sqlite3.DatabaseError as error:
             raise CorruptFolderError(
                 f"{self.path}: not a readable SQLite journal ({error})"
             ) from error
+        if mark is not None and last < mark:
+            self._db.close()
+            raise CorruptFolderError(behind_mark(self.path, last, mark))
 
     def _migrate(self) -> None:
         """Adds the checksum column (and every row's checksum) to a folder of
@@ -164,10 +175,22 @@ class Journal(SnapshotStore, ScoreStore):
 
     def transaction(self) -> Transaction:
         """``with journal.transaction() as db:`` one atomic, durable write."""
-        return Transaction(self._db, self._guard, self.path)
+        return Transaction(self._db, self._guard, self.path, self.advance_high_water)
+
+    def advance_high_water(self) -> None:
+        """Records the last committed operation in the high-water mark
+        (:mod:`earm_jax.store.high_water`); called after every commit."""
+        self._high_water.advance(self.last_seq())
+
+    def sync_high_water(self) -> None:
+        """Makes the high-water mark survive a power cut."""
+        self._high_water.sync()
 
     def close(self) -> None:
-        self._db.close()
+        try:
+            self._high_water.close()
+        finally:
+            self._db.close()
 
     # -------------------------------------------------------------------- meta
 
@@ -441,6 +464,7 @@ class Journal(SnapshotStore, ScoreStore):
 __all__ = [
     "CHUNK_BYTES",
     "FORMAT",
+    "HIGH_WATER_NAME",
     "JOURNAL_NAME",
     "MARKER_NAME",
     "CorruptFolderError",

@@ -112,18 +112,20 @@ def _is_full(error: sqlite3.Error) -> bool:
 
 class Transaction:
     """``with transaction as db:`` one atomic, durable write: ``BEGIN IMMEDIATE``,
-    the guard, then ``COMMIT`` (or ``ROLLBACK`` and the error; a full disk
-    raises :class:`DiskFullError`)."""
+    the guard, then ``COMMIT`` and ``committed()`` (or ``ROLLBACK`` and the
+    error; a full disk raises :class:`DiskFullError`)."""
 
     def __init__(
         self,
         db: sqlite3.Connection,
         guard: Callable[[], None] | None = None,
         path: Path | None = None,
+        committed: Callable[[], None] | None = None,
     ) -> None:
         self.db = db
         self.guard = guard
         self.path = path
+        self.committed = committed
 
     def __enter__(self) -> sqlite3.Connection:
         self.db.execute("BEGIN IMMEDIATE")
@@ -139,9 +141,12 @@ class Transaction:
         if kind is None:
             try:
                 self.db.execute("COMMIT")
-                return
             except sqlite3.Error as error:
                 value = error
+            else:
+                if self.committed is not None:
+                    self.committed()
+                return
         if self.db.in_transaction:
             self.db.execute("ROLLBACK")
         if isinstance(value, sqlite3.Error) and _is_full(value):
