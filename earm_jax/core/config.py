@@ -7,7 +7,7 @@ these types; nothing here computes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +15,9 @@ import numpy as np
 
 from earm_jax.base import Observation, Policy, Query, StepInfo
 from earm_jax.types import Array, ArrayLike, PRNGKey
+
+if TYPE_CHECKING:  # the algorithms build on this module's types
+    from earm_jax.core.solvers.base import SolverAlgorithm
 
 
 class SolverConfig(NamedTuple):
@@ -154,8 +157,12 @@ class OnlineSolver(NamedTuple):
         history, folds the query in, completes, then stores the observations.
       step: ``(key, state, query, scores_row) -> (state, StepInfo)``: ``select``
         then ``observe`` with the scorer's answers revealed at the anchors only.
-      config: the :class:`SolverConfig`.
+      config: the :class:`SolverConfig`, with the algorithm's bound
+        hyperparameters written in (the values in use).
       policy: the :class:`~earm_jax.base.Policy`.
+      algorithm: the :class:`~earm_jax.core.solvers.base.SolverAlgorithm` in
+        use (the registered one named by ``config.solver``, or the one a
+        factory such as :func:`~earm_jax.core.algorithms.gradient` built).
     """
 
     init: Callable[..., SolverState]
@@ -166,6 +173,7 @@ class OnlineSolver(NamedTuple):
     ]
     config: SolverConfig
     policy: Policy
+    algorithm: SolverAlgorithm | None = None
 
 
 class InputTypeError(TypeError, ValueError):
