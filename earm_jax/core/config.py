@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Bool, Float, Int
 
 from earm_jax.base import Observation, Policy, Query, StepInfo
 from earm_jax.types import Array, ArrayLike, PRNGKey
@@ -97,20 +98,24 @@ class SolverConfig(NamedTuple):
 class SolverState(NamedTuple):
     """Everything carried from one query to the next (fixed shapes for a stream).
 
+    The annotations give each leaf's shape in the dimension names of
+    :mod:`earm_jax.types` (floats are float32, integers int32); ``run_batch``
+    adds a leading ``S`` axis to every leaf.
+
     Attributes:
-      global_mean: ``float32[]`` :math:`\\mu`.
-      memory_bias: ``float32[M]`` :math:`b_m`.
-      memory_factors: ``float32[M, R]`` :math:`u_m` (used only once a memory has
-        an observation in the history; until then it is the random init).
-      query_bias: ``float32[Q]`` :math:`c_t` per query slot.
-      query_factors: ``float32[Q, R]`` :math:`v_t` per query slot.
-      insert_time: ``int32[M]`` first query index at which each memory exists.
-      obs_index: ``int32[Q, K]`` memory ids observed at each past query
-        (``[Q, 0]`` when the history is a log: see ``history_log``).
-      obs_value: ``float32[Q, K]`` their direct scores.
-      obs_mask: ``bool[Q, K]`` which entries of a row hold an observation.
-      memory_count: ``int32[M]`` observations of each memory in the history.
-      count: ``int32[]`` queries seen so far (the next query's index).
+      global_mean: :math:`\\mu`.
+      memory_bias: :math:`b_m`.
+      memory_factors: :math:`u_m` (used only once a memory has an observation
+        in the history; until then it is the random init).
+      query_bias: :math:`c_t` per query slot.
+      query_factors: :math:`v_t` per query slot.
+      insert_time: first query index at which each memory exists.
+      obs_index: memory ids observed at each past query (width ``K = 0`` when
+        the history is a log: see ``history_log``).
+      obs_value: their direct scores.
+      obs_mask: which entries of a row hold an observation.
+      memory_count: observations of each memory in the history.
+      count: queries seen so far (the next query's index).
       solver_extras: solver-specific carry (the optax state for ``"gradient"``;
         :class:`~earm_jax.core.solvers.incremental.IncrementalStats` for
         ``"incremental"``; each algorithm's own NamedTuple, see
@@ -121,29 +126,37 @@ class SolverState(NamedTuple):
         have width 0; :func:`~earm_jax.core.entry_log.rows_view` gives rows).
     """
 
-    global_mean: Array
-    memory_bias: Array
-    memory_factors: Array
-    query_bias: Array
-    query_factors: Array
-    insert_time: Array
-    obs_index: Array
-    obs_value: Array
-    obs_mask: Array
-    memory_count: Array
-    count: Array
+    global_mean: Float[Array, ""]
+    memory_bias: Float[Array, " M"]
+    memory_factors: Float[Array, "M R"]
+    query_bias: Float[Array, " Q"]
+    query_factors: Float[Array, "Q R"]
+    insert_time: Int[Array, " M"]
+    obs_index: Int[Array, "Q K"]
+    obs_value: Float[Array, "Q K"]
+    obs_mask: Bool[Array, "Q K"]
+    memory_count: Int[Array, " M"]
+    count: Int[Array, ""]
     solver_extras: Any = ()
     history_log: Any = ()
 
 
 class Parameters(NamedTuple):
-    """The model's parameters (a view of the state), as one pytree."""
+    """The model's parameters (a view of the state), as one pytree.
 
-    global_mean: Array
-    memory_bias: Array
-    memory_factors: Array
-    query_bias: Array
-    query_factors: Array
+    Attributes:
+      global_mean: :math:`\\mu`.
+      memory_bias: :math:`b_m`.
+      memory_factors: :math:`u_m`.
+      query_bias: :math:`c_t` per query slot.
+      query_factors: :math:`v_t` per query slot.
+    """
+
+    global_mean: Float[Array, ""]
+    memory_bias: Float[Array, " M"]
+    memory_factors: Float[Array, "M R"]
+    query_bias: Float[Array, " Q"]
+    query_factors: Float[Array, "Q R"]
 
 
 class OnlineSolver(NamedTuple):
