@@ -63,4 +63,3 @@ def test_embedding_page_composed_solver_and_checked_blocks_run():
     for block in blocks[:2]:
         exec(block, namespace)
     assert namespace["solver"].config.num_steps == 10
-
