@@ -43,7 +43,9 @@ class SolverConfig(NamedTuple):
       tolerance: stop the ALS sweeps early once the relative decrease of the
         loss is below this (0 = always ``num_sweeps``).
       num_steps: gradient steps per query for ``solver="gradient"``.
-      learning_rate: Adam step size for ``solver="gradient"``.
+      learning_rate: Adam step size for ``solver="gradient"`` (not read when
+        the algorithm was built with a custom optimizer,
+        ``earm_jax.gradient(optimizer)``: ``OnlineSolver.algorithm`` holds it).
       init_scale: standard deviation of the random initial memory factors.
       refresh_rows: for ``solver="incremental"``, earlier history rows re-solved
         (round robin) per query besides the new one.
