@@ -14,6 +14,14 @@ from earm_jax.base import Policy as Policy
 from earm_jax.base import Query as Query
 from earm_jax.base import StepInfo as StepInfo
 from earm_jax.base import Stream as Stream
+from earm_jax.core.algorithms import als as als
+from earm_jax.core.algorithms import gradient as gradient
+from earm_jax.core.algorithms import incremental as incremental
+from earm_jax.core.checked import checked as checked
+from earm_jax.core.compose import LogHistory as LogHistory
+from earm_jax.core.compose import LowRankModel as LowRankModel
+from earm_jax.core.compose import RowHistory as RowHistory
+from earm_jax.core.compose import compose_solver as compose_solver
 from earm_jax.core.config import InputTypeError as InputTypeError
 from earm_jax.core.config import OnlineSolver as OnlineSolver
 from earm_jax.core.config import Parameters as Parameters
@@ -23,6 +31,7 @@ from earm_jax.core.online import online_solver as online_solver
 from earm_jax.core.run import run as run
 from earm_jax.core.run import run_batch as run_batch
 from earm_jax.core.solvers import SOLVERS as SOLVERS
+from earm_jax.core.solvers import SolverAlgorithm as SolverAlgorithm
 from earm_jax.policies import full_policy as full_policy
 from earm_jax.policies import paper_policy as paper_policy
 from earm_jax.policies import semantic_policy as semantic_policy
@@ -36,16 +45,25 @@ __all__ = [
     "SOLVERS",
     "EarmSettings",
     "InputTypeError",
+    "LogHistory",
+    "LowRankModel",
     "Observation",
     "OnlineSolver",
     "Parameters",
     "Policy",
     "Query",
+    "RowHistory",
+    "SolverAlgorithm",
     "SolverConfig",
     "SolverState",
     "StepInfo",
     "Stream",
+    "als",
+    "checked",
+    "compose_solver",
     "full_policy",
+    "gradient",
+    "incremental",
     "online_solver",
     "paper_policy",
     "policies",

@@ -9,54 +9,62 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
+from jaxtyping import Bool, Float, Int
+
 from earm_jax.types import Array, ArrayLike, PRNGKey
 
 
 class Query(NamedTuple):
     """One query's candidate pool, as the retriever returned it.
 
+    The annotations give the shapes in the dimension names of
+    :mod:`earm_jax.types` (here and in the types below; floats are float32,
+    integers int32); a stream stacks a leading ``T`` axis.
+
     Attributes:
-      candidates: ``int32[N]`` memory ids (rows of the experience matrix).
-      similarity: ``float32[N]`` retriever similarity of each candidate.
-      valid: ``bool[N]`` False marks padding (pools shorter than ``N``).
+      candidates: memory ids (rows of the experience matrix).
+      similarity: retriever similarity of each candidate.
+      valid: False marks padding (pools shorter than ``N``).
     """
 
-    candidates: Array
-    similarity: Array
-    valid: Array
+    candidates: Int[Array, " N"]
+    similarity: Float[Array, " N"]
+    valid: Bool[Array, " N"]
 
 
 class Observation(NamedTuple):
     """Direct relevance scores paid for at one query, aligned with the pool.
 
     Attributes:
-      values: ``float32[N]`` scores in [0, 1]; read only where ``mask``.
-      mask: ``bool[N]`` which candidates were scored successfully.
+      values: scores in [0, 1]; read only where ``mask``.
+      mask: which candidates were scored successfully.
     """
 
-    values: Array
-    mask: Array
+    values: Float[Array, " N"]
+    mask: Bool[Array, " N"]
 
 
 class StepInfo(NamedTuple):
     """What one query produced (not carried to the next query).
 
+    ``run`` stacks a leading ``T`` axis on every field, ``run_batch`` ``S, T``.
+
     Attributes:
-      scores: ``float32[N]`` mixed scores: the direct score where observed, the
-        completion elsewhere, ``-inf`` at padding / not-yet-inserted candidates.
-      completed: ``float32[N]`` the model's prediction for every candidate
+      scores: mixed scores: the direct score where observed, the completion
+        elsewhere, ``-inf`` at padding / not-yet-inserted candidates.
+      completed: the model's prediction for every candidate
         (``mu + b_m + c_t + u_m . v_t``), also where observed.
-      anchors: ``bool[N]`` which candidates were observed (and stored) at this query.
-      budget: ``int32[]`` the direct-scoring budget the policy allowed.
-      dropped: ``int32[]`` observations that could not be stored (row full or
-        history at capacity). Zero in every normal run; reported, never hidden.
+      anchors: which candidates were observed (and stored) at this query.
+      budget: the direct-scoring budget the policy allowed.
+      dropped: observations that could not be stored (row full or history at
+        capacity). Zero in every normal run; reported, never hidden.
     """
 
-    scores: Array
-    completed: Array
-    anchors: Array
-    budget: Array
-    dropped: Array
+    scores: Float[Array, " N"]
+    completed: Float[Array, " N"]
+    anchors: Bool[Array, " N"]
+    budget: Int[Array, ""]
+    dropped: Int[Array, ""]
 
 
 class Stream(NamedTuple):
@@ -64,31 +72,31 @@ class Stream(NamedTuple):
 
     Attributes:
       queries: ``Query`` with a leading ``T`` axis.
-      scores: ``float32[T, N]`` the scorer's answer for every (query, candidate);
-        the solver sees an entry only where it anchors.
-      relevant: ``bool[T, N]`` ground truth (may be all False where unknown).
-      insert_time: ``int32[M]`` index of the first query at which each memory exists.
-      num_relevant: ``int32[T]`` relevant memories per query including those the
-        retriever missed (the recall denominator); ``None`` means ``relevant.sum(-1)``.
-      category: ``int32[T]`` an optional per-query label (e.g. LoCoMo category id).
-      relevant_memories: ``bool[T, M]`` optional ground truth over every memory
-        row, in the pool or not (labels for search expansion, docs/design-notes.md);
+      scores: the scorer's answer for every (query, candidate); the solver sees
+        an entry only where it anchors.
+      relevant: ground truth (may be all False where unknown).
+      insert_time: index of the first query at which each memory exists.
+      num_relevant: relevant memories per query including those the retriever
+        missed (the recall denominator); ``None`` means ``relevant.sum(-1)``.
+      category: an optional per-query label (e.g. LoCoMo category id).
+      relevant_memories: optional ground truth over every memory row, in the
+        pool or not (labels for search expansion, docs/design-notes.md);
         ``None`` where unknown.
-      memory_embeddings: ``float32[M, D]`` optional unit embeddings of the
-        memories (side information); ``None`` where not kept.
-      query_embeddings: ``float32[T, D]`` optional unit embeddings of the
-        queries, with ``memory_embeddings``.
+      memory_embeddings: optional unit embeddings of the memories (side
+        information, ``D`` wide); ``None`` where not kept.
+      query_embeddings: optional unit embeddings of the queries, with
+        ``memory_embeddings``.
     """
 
     queries: Query
-    scores: Array
-    relevant: Array
-    insert_time: Array
-    num_relevant: Array | None = None
-    category: Array | None = None
-    relevant_memories: Array | None = None
-    memory_embeddings: Array | None = None
-    query_embeddings: Array | None = None
+    scores: Float[Array, "T N"]
+    relevant: Bool[Array, "T N"]
+    insert_time: Int[Array, " M"]
+    num_relevant: Int[Array, " T"] | None = None
+    category: Int[Array, " T"] | None = None
+    relevant_memories: Bool[Array, "T M"] | None = None
+    memory_embeddings: Float[Array, "M D"] | None = None
+    query_embeddings: Float[Array, "T D"] | None = None
 
 
 NOT_INSERTED = 2**31 - 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -76,3 +77,33 @@ def config_for(stream: ej.Stream, **overrides) -> ej.SolverConfig:
     )
     settings.update(overrides)
     return ej.SolverConfig(**settings)
+
+
+def perturb_future(stream: ej.Stream, t: int, seed: int) -> ej.Stream:
+    """Replaces scores, candidates and similarities of queries > t with others."""
+    rng = np.random.default_rng(seed)
+    num_queries, pool = stream.scores.shape
+    num_memories = stream.insert_time.shape[0]
+    future = np.arange(num_queries) > t
+    candidates = np.asarray(stream.queries.candidates).copy()
+    for row in np.flatnonzero(future):
+        candidates[row] = rng.choice(num_memories, pool, replace=False)
+    scores = np.where(
+        future[:, None], rng.uniform(size=(num_queries, pool)), stream.scores
+    )
+    similarity = np.where(
+        future[:, None], rng.normal(size=(num_queries, pool)), stream.queries.similarity
+    )
+    return stream._replace(
+        queries=ej.Query(
+            jnp.asarray(candidates, jnp.int32),
+            jnp.asarray(similarity, jnp.float32),
+            stream.queries.valid,
+        ),
+        scores=jnp.asarray(scores, jnp.float32),
+    )
+
+
+def stack_streams(streams: list[ej.Stream]) -> ej.Stream:
+    """Streams of one shape stacked on a leading ``S`` axis (for ``run_batch``)."""
+    return jax.tree.map(lambda *leaves: np.stack(leaves), *streams)

@@ -50,3 +50,16 @@ def test_readme_embedding_snippet_pays_only_for_anchors():
     n = namespace["N"]
     assert paid == [n] * 10 + [int(info.budget)] and int(info.budget) < n
     assert len(top) == 10 and int(info.dropped) == 0
+
+
+def test_embedding_page_composed_solver_and_checked_blocks_run():
+    import re
+
+    page = (EXAMPLE.parents[1] / "docs" / "embedding.md").read_text()
+    section = page[page.index("## Composing the solver from its parts") :]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert "compose_solver" in blocks[0] and "ej.checked" in blocks[1]
+    namespace: dict = {}
+    for block in blocks[:2]:
+        exec(block, namespace)
+    assert namespace["solver"].config.num_steps == 10

@@ -7,14 +7,18 @@ these types; nothing here computes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Bool, Float, Int
 
 from earm_jax.base import Observation, Policy, Query, StepInfo
 from earm_jax.types import Array, ArrayLike, PRNGKey
+
+if TYPE_CHECKING:  # the algorithms build on this module's types
+    from earm_jax.core.solvers.base import SolverAlgorithm
 
 
 class SolverConfig(NamedTuple):
@@ -39,7 +43,9 @@ class SolverConfig(NamedTuple):
       tolerance: stop the ALS sweeps early once the relative decrease of the
         loss is below this (0 = always ``num_sweeps``).
       num_steps: gradient steps per query for ``solver="gradient"``.
-      learning_rate: Adam step size for ``solver="gradient"``.
+      learning_rate: Adam step size for ``solver="gradient"`` (not read when
+        the algorithm was built with a custom optimizer,
+        ``earm_jax.gradient(optimizer)``: ``OnlineSolver.algorithm`` holds it).
       init_scale: standard deviation of the random initial memory factors.
       refresh_rows: for ``solver="incremental"``, earlier history rows re-solved
         (round robin) per query besides the new one.
@@ -94,20 +100,24 @@ class SolverConfig(NamedTuple):
 class SolverState(NamedTuple):
     """Everything carried from one query to the next (fixed shapes for a stream).
 
+    The annotations give each leaf's shape in the dimension names of
+    :mod:`earm_jax.types` (floats are float32, integers int32); ``run_batch``
+    adds a leading ``S`` axis to every leaf.
+
     Attributes:
-      global_mean: ``float32[]`` :math:`\\mu`.
-      memory_bias: ``float32[M]`` :math:`b_m`.
-      memory_factors: ``float32[M, R]`` :math:`u_m` (used only once a memory has
-        an observation in the history; until then it is the random init).
-      query_bias: ``float32[Q]`` :math:`c_t` per query slot.
-      query_factors: ``float32[Q, R]`` :math:`v_t` per query slot.
-      insert_time: ``int32[M]`` first query index at which each memory exists.
-      obs_index: ``int32[Q, K]`` memory ids observed at each past query
-        (``[Q, 0]`` when the history is a log: see ``history_log``).
-      obs_value: ``float32[Q, K]`` their direct scores.
-      obs_mask: ``bool[Q, K]`` which entries of a row hold an observation.
-      memory_count: ``int32[M]`` observations of each memory in the history.
-      count: ``int32[]`` queries seen so far (the next query's index).
+      global_mean: :math:`\\mu`.
+      memory_bias: :math:`b_m`.
+      memory_factors: :math:`u_m` (used only once a memory has an observation
+        in the history; until then it is the random init).
+      query_bias: :math:`c_t` per query slot.
+      query_factors: :math:`v_t` per query slot.
+      insert_time: first query index at which each memory exists.
+      obs_index: memory ids observed at each past query (width ``K = 0`` when
+        the history is a log: see ``history_log``).
+      obs_value: their direct scores.
+      obs_mask: which entries of a row hold an observation.
+      memory_count: observations of each memory in the history.
+      count: queries seen so far (the next query's index).
       solver_extras: solver-specific carry (the optax state for ``"gradient"``;
         :class:`~earm_jax.core.solvers.incremental.IncrementalStats` for
         ``"incremental"``; each algorithm's own NamedTuple, see
@@ -118,29 +128,37 @@ class SolverState(NamedTuple):
         have width 0; :func:`~earm_jax.core.entry_log.rows_view` gives rows).
     """
 
-    global_mean: Array
-    memory_bias: Array
-    memory_factors: Array
-    query_bias: Array
-    query_factors: Array
-    insert_time: Array
-    obs_index: Array
-    obs_value: Array
-    obs_mask: Array
-    memory_count: Array
-    count: Array
+    global_mean: Float[Array, ""]
+    memory_bias: Float[Array, " M"]
+    memory_factors: Float[Array, "M R"]
+    query_bias: Float[Array, " Q"]
+    query_factors: Float[Array, "Q R"]
+    insert_time: Int[Array, " M"]
+    obs_index: Int[Array, "Q K"]
+    obs_value: Float[Array, "Q K"]
+    obs_mask: Bool[Array, "Q K"]
+    memory_count: Int[Array, " M"]
+    count: Int[Array, ""]
     solver_extras: Any = ()
     history_log: Any = ()
 
 
 class Parameters(NamedTuple):
-    """The model's parameters (a view of the state), as one pytree."""
+    """The model's parameters (a view of the state), as one pytree.
 
-    global_mean: Array
-    memory_bias: Array
-    memory_factors: Array
-    query_bias: Array
-    query_factors: Array
+    Attributes:
+      global_mean: :math:`\\mu`.
+      memory_bias: :math:`b_m`.
+      memory_factors: :math:`u_m`.
+      query_bias: :math:`c_t` per query slot.
+      query_factors: :math:`v_t` per query slot.
+    """
+
+    global_mean: Float[Array, ""]
+    memory_bias: Float[Array, " M"]
+    memory_factors: Float[Array, "M R"]
+    query_bias: Float[Array, " Q"]
+    query_factors: Float[Array, "Q R"]
 
 
 class OnlineSolver(NamedTuple):
@@ -154,8 +172,12 @@ class OnlineSolver(NamedTuple):
         history, folds the query in, completes, then stores the observations.
       step: ``(key, state, query, scores_row) -> (state, StepInfo)``: ``select``
         then ``observe`` with the scorer's answers revealed at the anchors only.
-      config: the :class:`SolverConfig`.
+      config: the :class:`SolverConfig`, with the algorithm's bound
+        hyperparameters written in (the values in use).
       policy: the :class:`~earm_jax.base.Policy`.
+      algorithm: the :class:`~earm_jax.core.solvers.base.SolverAlgorithm` in
+        use (the registered one named by ``config.solver``, or the one a
+        factory such as :func:`~earm_jax.core.algorithms.gradient` built).
     """
 
     init: Callable[..., SolverState]
@@ -166,6 +188,7 @@ class OnlineSolver(NamedTuple):
     ]
     config: SolverConfig
     policy: Policy
+    algorithm: SolverAlgorithm | None = None
 
 
 class InputTypeError(TypeError, ValueError):

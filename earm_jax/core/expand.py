@@ -182,7 +182,7 @@ def expanded_step(
     ``R + 1`` ridge solve).
     """
     config = solver.config
-    algorithm = get_solver(config.solver)
+    algorithm = solver.algorithm or get_solver(config.solver)
     anchors = solver.select(key, state, query)
     values = jnp.asarray(scores_row, jnp.float32)
     new_state, info = solver.observe(state, query, Observation(values, anchors))

@@ -41,6 +41,7 @@ import jax.numpy as jnp
 from earm_jax.base import Observation, Policy, Query, StepInfo
 from earm_jax.core import entry_log
 from earm_jax.core.config import (
+    InputTypeError,
     OnlineSolver,
     Parameters,
     SolverConfig,
@@ -63,7 +64,7 @@ from earm_jax.core.model import (
     standardised_similarity,
 )
 from earm_jax.core.prefix import running_count
-from earm_jax.core.solvers import get_solver
+from earm_jax.core.solvers import SolverAlgorithm, get_solver
 from earm_jax.types import Array, ArrayLike, PRNGKey
 
 
@@ -93,21 +94,43 @@ def observed_first(observed: ArrayLike) -> Array:
     return jnp.zeros_like(items).at[position].set(items, unique_indices=True)
 
 
-def online_solver(config: SolverConfig, policy: Policy) -> OnlineSolver:
+def with_algorithm(config: SolverConfig, algorithm: SolverAlgorithm) -> SolverConfig:
+    """``config`` with ``algorithm``'s name and bound hyperparameters written in."""
+    if not isinstance(algorithm, SolverAlgorithm):
+        raise InputTypeError(
+            "algorithm must be an earm_jax.core.SolverAlgorithm (e.g. "
+            f"earm_jax.als()), got {type(algorithm).__name__}"
+        )
+    return config._replace(solver=algorithm.name, **dict(algorithm.hyperparameters))
+
+
+def online_solver(
+    config: SolverConfig, policy: Policy, algorithm: SolverAlgorithm | None = None
+) -> OnlineSolver:
     """Builds the causal online solver for ``config`` and ``policy``.
 
     Args:
       config: shapes and hyperparameters; validated here (``ValueError`` naming
         the field).
       policy: budget schedule and anchor sampler (e.g. :func:`paper_policy`).
+      algorithm: ``None`` (default): the algorithm registered under
+        ``config.solver``, reading its hyperparameters from ``config``. Or an
+        algorithm from a factory (:func:`~earm_jax.core.algorithms.als`,
+        ``incremental``, ``gradient``): its name and bound hyperparameters
+        replace those fields of ``config`` (the returned solver's ``config``
+        reports them). :func:`~earm_jax.core.compose.compose_solver` builds
+        the config from smaller parts.
 
     Returns:
       An :class:`OnlineSolver` of pure, jit-able functions. Nothing is jitted
       here: jit at the outermost scope (e.g. ``jax.jit(solver.step)`` or
       ``jax.jit(functools.partial(ej.run, solver))``).
     """
+    if algorithm is not None:
+        config = with_algorithm(config, algorithm)
     validate_config(config)
-    algorithm = get_solver(config.solver)
+    if algorithm is None:
+        algorithm = get_solver(config.solver)
     check_policy(config, policy)
     num_memories, capacity = config.num_memories, config.capacity
     max_budget, rank = config.max_budget, config.rank
@@ -283,7 +306,12 @@ def online_solver(config: SolverConfig, policy: Policy) -> OnlineSolver:
             state, query, Observation(jnp.asarray(scores_row, jnp.float32), anchors)
         )
 
-    return OnlineSolver(init, select, observe, step, config, policy)
+    return OnlineSolver(init, select, observe, step, config, policy, algorithm)
 
 
-__all__ = ["observed_first", "online_solver", "usable_candidates"]
+__all__ = [
+    "observed_first",
+    "online_solver",
+    "usable_candidates",
+    "with_algorithm",
+]

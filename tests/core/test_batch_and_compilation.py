@@ -8,13 +8,9 @@ import chex
 import jax
 import numpy as np
 import pytest
-from planted import config_for, planted_stream
+from planted import config_for, planted_stream, stack_streams
 
 import earm_jax as ej
-
-
-def _stack(streams):
-    return jax.tree.map(lambda *leaves: np.stack(leaves), *streams)
 
 
 def test_run_batch_equals_loop_of_run():
@@ -23,7 +19,7 @@ def test_run_batch_equals_loop_of_run():
     solver = ej.online_solver(config, ej.paper_policy(pool_size=config.pool_size))
     keys = jax.random.split(jax.random.key(0), len(streams))
     batch_states, batch_infos = jax.jit(functools.partial(ej.run_batch, solver))(
-        keys, _stack(streams)
+        keys, stack_streams(streams)
     )
     run = jax.jit(functools.partial(ej.run, solver))
     for i, stream in enumerate(streams):
@@ -62,8 +58,8 @@ def test_second_call_with_new_data_does_not_recompile():
     run(jax.random.key(0), first)
     run(jax.random.key(1), second)  # raises if traced again
     keys = jax.random.split(jax.random.key(0), 2)
-    run_batch(keys, _stack([first, second]))
-    run_batch(keys, _stack([second, first]))
+    run_batch(keys, stack_streams([first, second]))
+    run_batch(keys, stack_streams([second, first]))
     state = solver.init(jax.random.key(0))
     for t in range(3):
         query = jax.tree.map(lambda leaf, t=t: leaf[t], first.queries)
@@ -77,13 +73,15 @@ def test_chunked_run_batch_equals_one_batch_and_a_loop_of_chunks():
     config = config_for(streams[0])
     solver = ej.online_solver(config, ej.paper_policy(pool_size=config.pool_size))
     keys = jax.random.split(jax.random.key(3), len(streams))
-    stacked = _stack(streams)
+    stacked = stack_streams(streams)
     batch = jax.jit(functools.partial(ej.run_batch, solver))
     chunked = jax.jit(functools.partial(ej.run_batch, solver, streams_per_chunk=2))
     whole_states, whole_infos = batch(keys, stacked)
     chunk_states, chunk_infos = chunked(keys, stacked)
     # Each chunk is the vmap of its own streams: equal to batching them alone.
-    parts = [batch(keys[i : i + 2], _stack(streams[i : i + 2])) for i in (0, 2, 4)]
+    parts = [
+        batch(keys[i : i + 2], stack_streams(streams[i : i + 2])) for i in (0, 2, 4)
+    ]
     looped = jax.tree.map(lambda *leaves: np.concatenate(leaves), *parts)
     for got, want in zip(
         jax.tree.leaves((chunk_states, chunk_infos)),
@@ -107,11 +105,13 @@ def test_streams_per_chunk_is_checked():
     keys = jax.random.split(jax.random.key(0), 2)
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="streams_per_chunk"):
-            ej.run_batch(solver, keys, _stack([stream, stream]), streams_per_chunk=bad)
+            ej.run_batch(
+                solver, keys, stack_streams([stream, stream]), streams_per_chunk=bad
+            )
     # Any integer type will do (traced shapes only, nothing compiled).
     shapes = jax.eval_shape(
         functools.partial(ej.run_batch, solver, streams_per_chunk=np.int64(1)),
         keys,
-        _stack([stream, stream]),
+        stack_streams([stream, stream]),
     )
     assert shapes[1].scores.shape[0] == 2

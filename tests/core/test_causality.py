@@ -8,34 +8,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from planted import config_for, planted_stream
+from planted import config_for, perturb_future, planted_stream
 
 import earm_jax as ej
-
-
-def _perturb_future(stream: ej.Stream, t: int, seed: int) -> ej.Stream:
-    """Replaces scores, candidates and similarities of queries > t with others."""
-    rng = np.random.default_rng(seed)
-    num_queries, pool = stream.scores.shape
-    num_memories = stream.insert_time.shape[0]
-    future = np.arange(num_queries) > t
-    candidates = np.asarray(stream.queries.candidates).copy()
-    for row in np.flatnonzero(future):
-        candidates[row] = rng.choice(num_memories, pool, replace=False)
-    scores = np.where(
-        future[:, None], rng.uniform(size=(num_queries, pool)), stream.scores
-    )
-    similarity = np.where(
-        future[:, None], rng.normal(size=(num_queries, pool)), stream.queries.similarity
-    )
-    return stream._replace(
-        queries=ej.Query(
-            jnp.asarray(candidates, jnp.int32),
-            jnp.asarray(similarity, jnp.float32),
-            stream.queries.valid,
-        ),
-        scores=jnp.asarray(scores, jnp.float32),
-    )
 
 
 @pytest.mark.parametrize("solver_name", ["als", "gradient"])
@@ -46,7 +21,7 @@ def test_future_queries_never_change_the_past(solver_name, seed, cut):
     solver = ej.online_solver(config, ej.paper_policy(pool_size=config.pool_size))
     run = jax.jit(functools.partial(ej.run, solver))
     _, infos = run(jax.random.key(seed), stream)
-    _, perturbed = run(jax.random.key(seed), _perturb_future(stream, cut, seed + 100))
+    _, perturbed = run(jax.random.key(seed), perturb_future(stream, cut, seed + 100))
     for field in infos._fields:
         before = np.asarray(getattr(infos, field))[: cut + 1]
         after = np.asarray(getattr(perturbed, field))[: cut + 1]

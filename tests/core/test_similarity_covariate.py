@@ -10,8 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from planted import config_for, planted_stream
-from test_causality import _perturb_future
+from planted import config_for, perturb_future, planted_stream
 
 import earm_jax as ej
 from earm_jax.core import model as solver_model
@@ -100,7 +99,7 @@ def test_the_covariate_keeps_the_solver_causal_and_changes_the_completion():
         solver = ej.online_solver(base._replace(similarity_covariate=flag), policy)
         run = jax.jit(functools.partial(ej.run, solver))
         _, infos = run(jax.random.key(0), stream)
-        _, perturbed = run(jax.random.key(0), _perturb_future(stream, 9, 7))
+        _, perturbed = run(jax.random.key(0), perturb_future(stream, 9, 7))
         for field in infos._fields:
             np.testing.assert_array_equal(
                 np.asarray(getattr(infos, field))[:10],

@@ -31,6 +31,12 @@ class SolverAlgorithm(NamedTuple):
       extras_from_history: ``(state, config) -> extras``: extras consistent with
         a state whose parameters and history were set from outside (a history
         synthesised by a benchmark, or a state another solver produced).
+      hyperparameters: the :class:`SolverConfig` fields the algorithm binds, as
+        ``(field, value)`` pairs. Empty for the registered algorithms, which
+        read their hyperparameters from the config; a factory
+        (:mod:`earm_jax.core.algorithms`) binds its own arguments here, and
+        :func:`~earm_jax.core.online.online_solver` writes them into the
+        config it reports, so the config and the algorithm never disagree.
     """
 
     name: str
@@ -41,6 +47,7 @@ class SolverAlgorithm(NamedTuple):
     update: Callable[[SolverState, SolverConfig], SolverState]
     grow_extras: Callable[[Any, int, int], Any]
     extras_from_history: Callable[[SolverState, SolverConfig], Any]
+    hyperparameters: tuple[tuple[str, Any], ...] = ()
 
 
 def no_refit(

@@ -1,0 +1,144 @@
+"""A debug solver: the value checks that the host cannot make under ``jit``.
+
+What is checked where:
+
+* **Shapes, dtypes and argument types** are static, so ``select``/``observe``
+  check them at trace time, under ``jit`` too (``ValueError`` /
+  :class:`~earm_jax.core.config.InputTypeError` naming the field).
+* **Values** (a candidate id outside ``[0, num_memories)``, an observed score
+  that is NaN, infinite or outside [0, 1]) are checked on the host only when
+  the arrays are concrete (eager calls:
+  :func:`~earm_jax.core.config.check_query_values`,
+  :func:`~earm_jax.core.config.check_observation_values`). Under ``jit``,
+  ``scan`` or ``vmap`` they are tracers: the solver then sanitises instead of
+  raising (a bad id is never anchored, a non-finite score is unobserved, a
+  finite one outside [0, 1] is used as given).
+
+:func:`checked` adds the value checks as :mod:`jax.experimental.checkify`
+checks, so a traced caller gets an error naming the field and position. They
+also cover what the host checks do not: a non-finite similarity of a valid
+candidate, and an observation masked in at a padding candidate
+(``query.valid`` False). Functionalise the checked functions with
+``checkify.checkify`` (before or after ``jit``) and call ``err.throw()``:
+
+>>> import jax, jax.numpy as jnp
+>>> from jax.experimental import checkify
+>>> import earm_jax as ej
+>>> cfg = ej.SolverConfig(num_memories=20, capacity=4, pool_size=4, max_budget=4,
+...                       rank=1)
+>>> solver = ej.checked(ej.online_solver(cfg, ej.paper_policy(pool_size=4)))
+>>> select = jax.jit(checkify.checkify(solver.select))
+>>> state = solver.init(jax.random.key(0))
+>>> bad = ej.Query(jnp.array([0, 1, 2, 99]), jnp.zeros(4), jnp.ones(4, bool))
+>>> error, anchors = select(jax.random.key(1), state, bad)
+>>> error.get()
+'query.candidates[3]=99 is not a memory id in [0, num_memories=20) ...'
+
+Without ``checkify.checkify`` the checked functions still work eagerly (a
+failed check raises at once) but refuse to be staged by ``jit``. The checks
+read the inputs only: on good inputs every output equals the unchecked
+solver's, bit for bit.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax.experimental import checkify
+
+from earm_jax.base import Observation, Query, StepInfo
+from earm_jax.core.config import OnlineSolver, SolverState
+from earm_jax.types import Array, ArrayLike, PRNGKey
+
+
+def _first(bad: Array) -> Array:
+    """The position of the first True of ``bad`` (0 when there is none)."""
+    return jnp.argmax(bad).astype(jnp.int32)
+
+
+def check_query_ids(query: Query, num_memories: int) -> None:
+    """checkify checks: valid candidates are memory ids with finite similarity."""
+    candidates = jnp.asarray(query.candidates)
+    valid = jnp.asarray(query.valid, bool)
+    outside = valid & ((candidates < 0) | (candidates >= num_memories))
+    position = _first(outside)
+    checkify.check(
+        ~jnp.any(outside),
+        "query.candidates[{position}]={value} is not a memory id in "
+        f"[0, num_memories={num_memories}) (mark padding with query.valid=False)",
+        position=position,
+        value=candidates[position],
+    )
+    similarity = jnp.asarray(query.similarity)
+    not_finite = valid & ~jnp.isfinite(similarity)
+    position = _first(not_finite)
+    checkify.check(
+        ~jnp.any(not_finite),
+        "query.similarity[{position}]={value} is not finite at a valid candidate",
+        position=position,
+        value=similarity[position],
+    )
+
+
+def check_observation_scores(query: Query, observation: Observation) -> None:
+    """checkify checks: observed scores are finite, in [0, 1], at valid candidates."""
+    values = jnp.asarray(observation.values)
+    mask = jnp.asarray(observation.mask, bool)
+    bad = mask & ~((values >= 0.0) & (values <= 1.0))  # False for NaN too
+    position = _first(bad)
+    checkify.check(
+        ~jnp.any(bad),
+        "observation.values[{position}]={value} where observation.mask is True: "
+        "an observed score must be finite and in [0, 1] (leave a failed pair "
+        "out of the mask)",
+        position=position,
+        value=values[position],
+    )
+    padding = mask & ~jnp.asarray(query.valid, bool)
+    position = _first(padding)
+    checkify.check(
+        ~jnp.any(padding),
+        "observation.mask[{position}] is True where query.valid is False: a "
+        "padding candidate has no score",
+        position=position,
+    )
+
+
+def checked(solver: OnlineSolver) -> OnlineSolver:
+    """``solver`` with checkify value checks in ``select``, ``observe`` and ``step``.
+
+    Args:
+      solver: any :class:`~earm_jax.core.config.OnlineSolver`.
+
+    Returns:
+      The same solver (same ``init``, ``config``, ``policy``, ``algorithm``)
+      whose ``select``, ``observe`` and ``step`` first check their inputs'
+      values (see the module doc); wrap them, or a driver such as
+      ``functools.partial(ej.run, checked_solver)``, in
+      ``checkify.checkify``.
+    """
+    num_memories = solver.config.num_memories
+
+    def select(key: PRNGKey, state: SolverState, query: Query) -> Array:
+        check_query_ids(query, num_memories)
+        return solver.select(key, state, query)
+
+    def observe(
+        state: SolverState, query: Query, observation: Observation
+    ) -> tuple[SolverState, StepInfo]:
+        check_query_ids(query, num_memories)
+        check_observation_scores(query, observation)
+        return solver.observe(state, query, observation)
+
+    def step(
+        key: PRNGKey, state: SolverState, query: Query, scores_row: ArrayLike
+    ) -> tuple[SolverState, StepInfo]:
+        # As solver.step: the scorer's row is revealed at the anchors only, so
+        # only the anchored scores are checked.
+        anchors = select(key, state, query)
+        observation = Observation(jnp.asarray(scores_row, jnp.float32), anchors)
+        return observe(state, query, observation)
+
+    return solver._replace(select=select, observe=observe, step=step)
+
+
+__all__ = ["check_observation_scores", "check_query_ids", "checked"]

@@ -1,0 +1,118 @@
+"""``checked(solver)``: under ``jit`` a bad value raises a checkify error naming
+the field; on good inputs the outputs are the unchecked solver's, bit for bit."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import checkify
+from planted import config_for, planted_stream
+
+import earm_jax as ej
+
+POOL = 10
+
+
+@functools.cache
+def _setup():
+    stream, _ = planted_stream(0, num_memories=30, num_queries=6, pool_size=POOL)
+    config = config_for(stream, solver="incremental", refresh_rows=2)
+    solver = ej.online_solver(config, ej.paper_policy(pool_size=POOL, block_size=3))
+    checked = ej.checked(solver)
+    select = jax.jit(checkify.checkify(checked.select))
+    observe = jax.jit(checkify.checkify(checked.observe))
+    return stream, solver, checked, select, observe
+
+
+def _query(stream: ej.Stream, t: int = 0) -> ej.Query:
+    return jax.tree.map(lambda leaf: leaf[t], stream.queries)
+
+
+def _error_message(error: checkify.Error) -> str:
+    message = error.get()
+    assert message is not None, "no check failed"
+    with pytest.raises(checkify.JaxRuntimeError):
+        error.throw()
+    return message
+
+
+@pytest.mark.parametrize("value", [-1, 30, 2**20])
+def test_select_names_a_candidate_that_is_not_a_memory_id(value):
+    stream, solver, _, select, _ = _setup()
+    query = _query(stream)
+    query = query._replace(candidates=query.candidates.at[4].set(value))
+    error, _ = select(jax.random.key(0), solver.init(jax.random.key(0)), query)
+    message = _error_message(error)
+    assert f"query.candidates[4]={value} is not a memory id" in message
+    assert "num_memories=30" in message
+
+
+def test_select_names_a_non_finite_similarity():
+    stream, solver, _, select, _ = _setup()
+    query = _query(stream)
+    query = query._replace(similarity=query.similarity.at[2].set(jnp.nan))
+    error, _ = select(jax.random.key(0), solver.init(jax.random.key(0)), query)
+    assert "query.similarity[2]=nan" in _error_message(error)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, 1.5, -0.25])
+def test_observe_names_an_observed_score_that_is_not_finite_or_in_range(bad):
+    stream, solver, _, _, observe = _setup()
+    values = np.asarray(stream.scores[0]).copy()
+    values[7] = bad
+    observation = ej.Observation(jnp.asarray(values), jnp.ones(POOL, bool))
+    state = solver.init(jax.random.key(0))
+    error, _ = observe(state, _query(stream), observation)
+    assert f"observation.values[7]={bad}" in _error_message(error)
+
+
+def test_a_bad_score_outside_the_mask_is_not_read():
+    stream, solver, _, _, observe = _setup()
+    values = np.asarray(stream.scores[0]).copy()
+    values[7] = np.nan
+    mask = np.arange(POOL) != 7
+    observation = ej.Observation(jnp.asarray(values), jnp.asarray(mask))
+    error, _ = observe(solver.init(jax.random.key(0)), _query(stream), observation)
+    assert error.get() is None
+
+
+def test_observe_names_a_mask_at_a_padding_candidate():
+    stream, solver, _, _, observe = _setup()
+    query = _query(stream)
+    query = query._replace(valid=query.valid.at[9].set(False))
+    observation = ej.Observation(stream.scores[0], jnp.ones(POOL, bool))
+    error, _ = observe(solver.init(jax.random.key(0)), query, observation)
+    assert "observation.mask[9] is True where query.valid is False" in (
+        _error_message(error)
+    )
+
+
+def test_a_checked_run_under_jit_equals_the_unchecked_run_bitwise():
+    stream, solver, checked, _, _ = _setup()
+    key = jax.random.key(5)
+    error, got = jax.jit(checkify.checkify(functools.partial(ej.run, checked)))(
+        key, stream
+    )
+    want = jax.jit(functools.partial(ej.run, solver))(key, stream)
+    assert error.get() is None
+    for leaf, other in zip(jax.tree.leaves(want), jax.tree.leaves(got), strict=True):
+        np.testing.assert_array_equal(np.asarray(other), np.asarray(leaf))
+    # A bad score at an anchor of a later query fails the whole run, naming it.
+    scores = np.asarray(stream.scores).copy()
+    scores[4] = np.nan
+    error, _ = jax.jit(checkify.checkify(functools.partial(ej.run, checked)))(
+        key, stream._replace(scores=jnp.asarray(scores))
+    )
+    assert "observation.values[" in _error_message(error)
+
+
+def test_checked_functions_refuse_jit_without_checkify():
+    stream, solver, checked, _, _ = _setup()
+    with pytest.raises(ValueError, match="checkify"):
+        jax.jit(checked.select)(
+            jax.random.key(0), solver.init(jax.random.key(0)), _query(stream)
+        )
