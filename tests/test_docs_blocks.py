@@ -26,6 +26,8 @@ RUN_BY: dict[tuple[str, int | None], str] = {
     ("docs/agents.md", None): "tests/retriever/test_agents_doc.py",  # every block
     ("docs/embedding.md", 0): "tests/test_example_embedding_loop.py",
     ("docs/embedding.md", 1): "tests/test_docs_blocks.py",
+    ("docs/embedding.md", 2): "tests/test_example_embedding_loop.py",
+    ("docs/embedding.md", 3): "tests/test_example_embedding_loop.py",
     ("docs/policies.md", 1): "tests/test_docs_blocks.py",
 }
 """(page, block number or None for all of them) -> the test that runs it."""
