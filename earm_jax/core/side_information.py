@@ -70,6 +70,7 @@ True
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -140,8 +141,14 @@ def _standardised(values: Array, where: Array) -> Array:
 def _private_zeros(
     gram: Array, moment: Array, weights: Array, num_memories: int
 ) -> SideInformationState:
-    if isinstance(num_memories, bool) or not isinstance(num_memories, int):
-        raise ValueError(f"num_memories must be an int >= 1, got {num_memories!r}")
+    try:
+        if isinstance(num_memories, bool):
+            raise TypeError
+        num_memories = operator.index(num_memories)
+    except TypeError:
+        raise ValueError(
+            f"num_memories must be an int >= 1, got {num_memories!r}"
+        ) from None
     if num_memories < 1:
         raise ValueError(f"num_memories must be >= 1, got {num_memories}")
     return SideInformationState(

@@ -228,8 +228,11 @@ def test_a_shared_start_is_jittable_and_misuse_names_the_argument():
     )
     start = jax.jit(model.pooled_start, static_argnums=1)(sources, 9)
     assert start.memory_count.shape == (9,)
+    assert shared_start(model.init(M, D), np.int64(3)).memory_count.shape == (3,)
     with pytest.raises(ValueError, match="num_memories"):
         shared_start(model.init(M, D), 0)
+    with pytest.raises(ValueError, match="num_memories"):
+        shared_start(model.init(M, D), 2.5)
     with pytest.raises(ValueError, match="pooled_start"):
         shared_start(sources, M)
     with pytest.raises(ValueError, match="leading source axis"):
