@@ -36,6 +36,17 @@ sums; query ``t``'s anchors set ``c_t`` and join them afterwards
 (:func:`side_information`'s ``update``). Pure functions over a NamedTuple
 state; jit and vmap them at the outermost scope.
 
+**A shared start.** :math:`\theta` and its normal equations :math:`(G, h)`
+belong to no memory and no query, so a model fitted on one agent's (or
+conversation's) paid scores can start another: :func:`shared_start` keeps
+``gram``, ``moment`` and ``weights`` and starts the private terms (each
+memory's residual sum and count, the query offsets) at zero;
+``model.pooled_start`` sums several sources' normal equations and refits
+:math:`\theta` with the model's penalty, the same fit as one stream made of
+all of them. What crosses tenants is the ``(D + 1) x (D + 1)`` matrix ``G``,
+the vector ``h`` and :math:`\theta`: no memory text or id, but aggregate
+functions of every source's paid scores and embeddings.
+
 >>> import jax, jax.numpy as jnp
 >>> model = side_information(l2=1.0)
 >>> state = model.init(num_memories=6, embedding_dim=4)
@@ -49,12 +60,18 @@ state; jit and vmap them at the outermost scope.
 >>> state = model.update(state, query, embeddings[0], embeddings, obs)
 >>> int(state.count)
 1
+>>> start = model.pooled_start([state, state], num_memories=10)
+>>> start.memory_residual.shape, int(start.count)
+((10,), 0)
+>>> bool(jnp.all(shared_start(state, 10).weights == state.weights))
+True
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import operator
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import jax
@@ -101,12 +118,17 @@ class SideInformation(NamedTuple):
         offset only.
       update: ``(state, query, query_embedding, memory_embeddings,
         observation) -> state``: this query's anchors join the fit.
+      pooled_start: ``(sources, num_memories) -> state``: a new tenant's start
+        from the normal equations of ``sources`` (states with a leading source
+        axis, or a sequence of states) summed, :math:`\theta` refitted with
+        this model's ``l2``, and every private term at zero.
     """
 
     init: Callable[[int, int], SideInformationState]
     features: Callable[..., Array]
     predict: Callable[..., tuple[Array, Array]]
     update: Callable[..., SideInformationState]
+    pooled_start: Callable[..., SideInformationState]
 
 
 def _standardised(values: Array, where: Array) -> Array:
@@ -114,6 +136,83 @@ def _standardised(values: Array, where: Array) -> Array:
     mean = jnp.sum(jnp.where(where, values, 0.0)) / count
     spread = jnp.sqrt(jnp.sum(jnp.where(where, (values - mean) ** 2, 0.0)) / count)
     return jnp.where(where, (values - mean) / jnp.maximum(spread, 1e-6), 0.0)
+
+
+def _private_zeros(
+    gram: Array, moment: Array, weights: Array, num_memories: int
+) -> SideInformationState:
+    try:
+        if isinstance(num_memories, bool):
+            raise TypeError
+        num_memories = operator.index(num_memories)
+    except TypeError:
+        raise ValueError(
+            f"num_memories must be an int >= 1, got {num_memories!r}"
+        ) from None
+    if num_memories < 1:
+        raise ValueError(f"num_memories must be >= 1, got {num_memories}")
+    return SideInformationState(
+        gram=gram,
+        moment=moment,
+        weights=weights,
+        memory_residual=jnp.zeros((num_memories,), jnp.float32),
+        memory_count=jnp.zeros((num_memories,), jnp.float32),
+        offset_sum=jnp.zeros((), jnp.float32),
+        count=jnp.zeros((), jnp.int32),
+    )
+
+
+def shared_start(
+    source: SideInformationState, num_memories: int
+) -> SideInformationState:
+    """A new tenant's start from one source's fit: the shared part only.
+
+    Keeps the source's ``gram``, ``moment`` and ``weights`` (:math:`G`,
+    :math:`h`, :math:`\theta`) as they are and starts every private term at
+    zero for the new tenant's ``num_memories`` memories: no memory residual or
+    count, no query offset, ``count`` 0. The new tenant's first query is
+    ranked by the source's :math:`\theta`; its own anchors then join the same
+    normal equations. Pure; jit-able with ``num_memories`` static.
+
+    Args:
+      source: a state fitted on another stream (``model.update``'s or a
+        policy run's final state).
+      num_memories: ``M`` of the new tenant.
+
+    Returns:
+      The new tenant's :class:`SideInformationState`.
+
+    Raises:
+      ValueError: ``num_memories`` not an int >= 1, or ``source`` has a
+        leading source axis (pool several with ``model.pooled_start``).
+    """
+    if jnp.ndim(source.gram) != 2:
+        raise ValueError(
+            f"source.gram must be [F, F], got shape {jnp.shape(source.gram)}; "
+            "pool several sources with model.pooled_start"
+        )
+    return _private_zeros(
+        jnp.asarray(source.gram, jnp.float32),
+        jnp.asarray(source.moment, jnp.float32),
+        jnp.asarray(source.weights, jnp.float32),
+        num_memories,
+    )
+
+
+def _stacked(
+    sources: SideInformationState | Sequence[SideInformationState],
+) -> SideInformationState:
+    if not isinstance(sources, SideInformationState):
+        sources = list(sources)
+        if not sources:
+            raise ValueError("pooled_start needs at least one source")
+        sources = jax.tree.map(lambda *leaves: jnp.stack(leaves), *sources)
+    if jnp.ndim(sources.gram) != 3:
+        raise ValueError(
+            "sources must have a leading source axis (gram [S, F, F]), got gram "
+            f"of shape {jnp.shape(sources.gram)}"
+        )
+    return sources
 
 
 def side_information(l2: float = 1.0, memory_l2: float = 2.0) -> SideInformation:
@@ -199,6 +298,11 @@ def side_information(l2: float = 1.0, memory_l2: float = 2.0) -> SideInformation
         offset = _offset(state, base, observation)
         return base + offset, offset
 
+    def _refit(gram: Array, moment: Array) -> Array:
+        regularised = gram + l2 * jnp.eye(gram.shape[0], dtype=gram.dtype)
+        factor = jax.scipy.linalg.cho_factor(regularised, lower=True)
+        return jax.scipy.linalg.cho_solve(factor, moment).astype(jnp.float32)
+
     def update(
         state: SideInformationState,
         query: Query,
@@ -229,21 +333,38 @@ def side_information(l2: float = 1.0, memory_l2: float = 2.0) -> SideInformation
         rows = jnp.clip(query.candidates, 0, state.memory_residual.shape[0] - 1)
         memory_residual = state.memory_residual.at[rows].add(residual)
         memory_count = state.memory_count.at[rows].add(weight)
-        regularised = gram + l2 * jnp.eye(gram.shape[0], dtype=gram.dtype)
-        factor = jax.scipy.linalg.cho_factor(regularised, lower=True)
-        weights = jax.scipy.linalg.cho_solve(factor, moment)
         seen = count > 0
         return SideInformationState(
             gram=gram,
             moment=moment,
-            weights=weights.astype(jnp.float32),
+            weights=_refit(gram, moment),
             memory_residual=memory_residual,
             memory_count=memory_count,
             offset_sum=state.offset_sum + jnp.where(seen, offset, 0.0),
             count=state.count + seen.astype(jnp.int32),
         )
 
-    return SideInformation(init=init, features=features, predict=predict, update=update)
+    def pooled_start(
+        sources: SideInformationState | Sequence[SideInformationState],
+        num_memories: int,
+    ) -> SideInformationState:
+        sources = _stacked(sources)
+        gram = jnp.sum(jnp.asarray(sources.gram, jnp.float32), axis=0)
+        moment = jnp.sum(jnp.asarray(sources.moment, jnp.float32), axis=0)
+        return _private_zeros(gram, moment, _refit(gram, moment), num_memories)
+
+    return SideInformation(
+        init=init,
+        features=features,
+        predict=predict,
+        update=update,
+        pooled_start=pooled_start,
+    )
 
 
-__all__ = ["SideInformation", "SideInformationState", "side_information"]
+__all__ = [
+    "SideInformation",
+    "SideInformationState",
+    "shared_start",
+    "side_information",
+]

@@ -19,7 +19,10 @@ transductive low-rank completion sits today:
 Both are one ``lax.scan`` over queries (``vmap`` over streams), pure and
 shape-static, and take the embeddings as fixed inputs: ``query_embeddings``
 ``float32[T, D]`` and ``memory_embeddings`` ``float32[M, D]`` (unit rows, as
-the semantic retriever computed them).
+the semantic retriever computed them). Both start from ``model.init`` unless
+given an ``initial_state``: e.g. another tenant's fit through
+:func:`~earm_jax.core.side_information.shared_start` or
+``model.pooled_start`` (a cold start made warm by shared weights).
 
 >>> import jax.numpy as jnp
 >>> from earm_jax.base import Query
@@ -69,6 +72,33 @@ def _check_embeddings(
     return query_embeddings, memory_embeddings
 
 
+def _initial(
+    model: SideInformation,
+    memory_embeddings: Array,
+    initial_state: SideInformationState | None,
+) -> SideInformationState:
+    num_memories, width = memory_embeddings.shape
+    if initial_state is None:
+        return model.init(num_memories, width)
+    expected = {
+        "gram": (width + 1, width + 1),
+        "moment": (width + 1,),
+        "weights": (width + 1,),
+        "memory_residual": (num_memories,),
+        "memory_count": (num_memories,),
+        "offset_sum": (),
+        "count": (),
+    }
+    for name, shape in expected.items():
+        actual = jnp.shape(getattr(initial_state, name))
+        if actual != shape:
+            raise ValueError(
+                f"initial_state.{name} must have shape {shape} for "
+                f"memory_embeddings {memory_embeddings.shape}, got {actual}"
+            )
+    return initial_state
+
+
 def run_mixed_side(
     model: SideInformation,
     queries: Query,
@@ -77,6 +107,7 @@ def run_mixed_side(
     query_embeddings: ArrayLike,
     memory_embeddings: ArrayLike,
     usable: ArrayLike | None = None,
+    initial_state: SideInformationState | None = None,
 ) -> tuple[SideInformationState, Array]:
     """Mixed's anchors, completed by the side-information model.
 
@@ -88,6 +119,8 @@ def run_mixed_side(
       query_embeddings: ``float32[T, D]``.
       memory_embeddings: ``float32[M, D]``.
       usable: ``bool[T, N]`` candidates that may be ranked (default: valid).
+      initial_state: the model state before the first query (default:
+        ``model.init``, a cold start).
 
     Returns:
       ``(final state, scores float32[T, N])``: the answer where anchored, the
@@ -99,7 +132,7 @@ def run_mixed_side(
     answers = jnp.asarray(answers, jnp.float32)
     anchors = jnp.asarray(anchors, bool)
     usable = jnp.asarray(queries.valid if usable is None else usable, bool)
-    state = model.init(memory_embeddings.shape[0], memory_embeddings.shape[1])
+    state = _initial(model, memory_embeddings, initial_state)
 
     def one_query(state, inputs):
         query, row, paid, use, embedding = inputs
@@ -127,6 +160,7 @@ def run_best_side(
     memory_embeddings: ArrayLike,
     usable: ArrayLike | None = None,
     call_budget: ArrayLike | None = None,
+    initial_state: SideInformationState | None = None,
 ) -> tuple[tuple[Ledger, SideInformationState], AdaptiveInfo]:
     """The adaptive policy, its unscored candidates ordered with the
     side-information completion (``lax.scan`` over queries; jit-able).
@@ -141,6 +175,10 @@ def run_best_side(
       memory_embeddings: ``float32[M, D]``.
       usable: ``bool[T, N]`` candidates that may be scored and ranked.
       call_budget: overrides ``policy.config.call_budget`` (may be traced).
+      initial_state: the model state before the first query (default:
+        ``model.init``, a cold start); the ledger always starts fresh, and
+        its learned order weighs the completion only once it has learned to,
+        so a shared start changes the ranking from the second query on.
 
     Returns:
       ``((final ledger, final model state), AdaptiveInfo with a leading T axis)``.
@@ -150,7 +188,7 @@ def run_best_side(
     )
     answers = jnp.asarray(answers, jnp.float32)
     usable = jnp.asarray(queries.valid if usable is None else usable, bool)
-    state = model.init(memory_embeddings.shape[0], memory_embeddings.shape[1])
+    state = _initial(model, memory_embeddings, initial_state)
     nothing_paid = jnp.zeros(answers.shape[1:], bool)
 
     def one_query(carry, inputs):

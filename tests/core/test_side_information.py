@@ -1,5 +1,6 @@
 """Side-information completion: the fit against a float64 NumPy reference,
-causality, vmap = loop, no retrace, and recovery of a planted metric."""
+causality, vmap = loop, no retrace, recovery of a planted metric, and a new
+tenant's start from other tenants' fits (shared part kept, private part zero)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from earm_jax.base import Observation, Query
-from earm_jax.core.side_information import side_information
+from earm_jax.core.side_information import shared_start, side_information
 
 M, N, D, T = 40, 12, 6, 15
 
@@ -40,7 +41,7 @@ def _stream(seed=0, metric=None, noise=0.05):
     )
 
 
-def _run(model, stream, steps=T):
+def _run(model, stream, steps=T, initial=None):
     def step(state, t):
         query = Query(
             stream["candidates"][t], stream["similarity"][t], jnp.ones(N, bool)
@@ -54,12 +55,12 @@ def _run(model, stream, steps=T):
         )
         return state, completed
 
-    state = model.init(M, D)
+    state = model.init(M, D) if initial is None else initial
     return jax.lax.scan(step, state, jnp.arange(steps))
 
 
-def _reference_weights(stream, steps, l2):
-    """float64 NumPy: the ridge fit on within-query-centred anchors."""
+def _reference_normal_equations(stream, steps):
+    """float64 NumPy: the within-query-centred normal equations of the anchors."""
     gram = np.zeros((D + 1, D + 1))
     moment = np.zeros(D + 1)
     for t in range(steps):
@@ -76,6 +77,12 @@ def _reference_weights(stream, steps, l2):
         y = stream["values"][t][anchored] - stream["values"][t][anchored].mean()
         gram += x.T @ x
         moment += x.T @ y
+    return gram, moment
+
+
+def _reference_weights(stream, steps, l2):
+    """float64 NumPy: the ridge fit on within-query-centred anchors."""
+    gram, moment = _reference_normal_equations(stream, steps)
     return np.linalg.solve(gram + l2 * np.eye(D + 1), moment)
 
 
@@ -159,3 +166,76 @@ def test_bad_penalties_name_the_field():
             jnp.ones(4),
             jnp.ones((5, 3)),
         )
+
+
+def test_shared_start_keeps_the_shared_arrays_and_zeros_the_private_ones():
+    model = side_information()
+    source, _ = jax.jit(lambda s: _run(model, s))(_stream(4))
+    assert float(jnp.sum(source.memory_count)) > 0 and int(source.count) == T
+    start = shared_start(source, 25)
+    for name in ("gram", "moment", "weights"):
+        np.testing.assert_array_equal(
+            np.asarray(getattr(start, name)), np.asarray(getattr(source, name))
+        )
+    assert start.memory_residual.shape == start.memory_count.shape == (25,)
+    assert not np.any(np.asarray(start.memory_residual))
+    assert not np.any(np.asarray(start.memory_count))
+    assert float(start.offset_sum) == 0.0 and int(start.count) == 0
+    assert jax.tree.map(lambda x: x.dtype, start) == jax.tree.map(
+        lambda x: x.dtype, model.init(25, D)
+    )
+    # A pool of one source is that source's fit.
+    pooled = model.pooled_start([source], 25)
+    np.testing.assert_allclose(
+        np.asarray(pooled.weights), np.asarray(source.weights), rtol=1e-6, atol=1e-7
+    )
+
+
+def test_pooling_two_sources_is_the_fit_of_one_stream_made_of_both():
+    first, second = _stream(5), _stream(6)
+    model = side_information(l2=0.5)
+    run = jax.jit(lambda s, initial=None: _run(model, s, initial=initial))
+    state_a, _ = run(first)
+    state_b, _ = run(second)
+    pooled = model.pooled_start([state_a, state_b], M)
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), state_a, state_b)
+    np.testing.assert_array_equal(
+        np.asarray(model.pooled_start(stacked, M).weights), np.asarray(pooled.weights)
+    )
+    gram_a, moment_a = _reference_normal_equations(first, T)
+    gram_b, moment_b = _reference_normal_equations(second, T)
+    gram, moment = gram_a + gram_b, moment_a + moment_b
+    np.testing.assert_allclose(np.asarray(pooled.gram), gram, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(pooled.moment), moment, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        np.asarray(pooled.weights),
+        np.linalg.solve(gram + 0.5 * np.eye(D + 1), moment),
+        rtol=2e-3,
+        atol=2e-4,
+    )
+    # The same as one scan over both streams, the second started from the first.
+    chained, _ = run(second, shared_start(state_a, M))
+    np.testing.assert_allclose(
+        np.asarray(pooled.weights), np.asarray(chained.weights), rtol=1e-4, atol=1e-5
+    )
+    assert int(pooled.count) == 0 and not np.any(np.asarray(pooled.memory_count))
+
+
+def test_a_shared_start_is_jittable_and_misuse_names_the_argument():
+    model = side_information()
+    sources = jax.vmap(lambda s: _run(model, s)[0])(
+        jax.tree.map(lambda *xs: np.stack(xs), _stream(7), _stream(8))
+    )
+    start = jax.jit(model.pooled_start, static_argnums=1)(sources, 9)
+    assert start.memory_count.shape == (9,)
+    assert shared_start(model.init(M, D), np.int64(3)).memory_count.shape == (3,)
+    with pytest.raises(ValueError, match="num_memories"):
+        shared_start(model.init(M, D), 0)
+    with pytest.raises(ValueError, match="num_memories"):
+        shared_start(model.init(M, D), 2.5)
+    with pytest.raises(ValueError, match="pooled_start"):
+        shared_start(sources, M)
+    with pytest.raises(ValueError, match="leading source axis"):
+        model.pooled_start(model.init(M, D), M)
+    with pytest.raises(ValueError, match="at least one"):
+        model.pooled_start([], M)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from earm_jax.base import Query
-from earm_jax.core.side_information import side_information
+from earm_jax.core.side_information import shared_start, side_information
 from earm_jax.policies import adaptive as ad
 from earm_jax.policies.side_information import run_best_side, run_mixed_side
 
@@ -146,4 +146,142 @@ def test_embedding_shapes_are_checked():
     with pytest.raises(ValueError, match="memory_embeddings"):
         run_mixed_side(
             side_information(), queries, answers, _anchors(), q_emb, m_emb[:, :2]
+        )
+
+
+def _source(seed=5):
+    """A fit on another tenant's stream (its own memories and queries)."""
+    queries, answers, q_emb, m_emb = _planted(seed)
+    state, _ = run_mixed_side(
+        side_information(), queries, answers, _anchors(seed), q_emb, m_emb
+    )
+    return state
+
+
+def test_a_shared_start_ranks_the_first_query_before_any_anchor():
+    queries, answers, q_emb, m_emb = _planted()
+    model = side_information()
+    no_anchors = jnp.zeros((T, N), bool)
+    start = shared_start(_source(), M)
+    _, cold = run_mixed_side(model, queries, answers, no_anchors, q_emb, m_emb)
+    _, warm = run_mixed_side(
+        model, queries, answers, no_anchors, q_emb, m_emb, initial_state=start
+    )
+    # Cold, nothing is known: every candidate ties. Shared weights order them.
+    assert np.unique(np.asarray(cold)[0]).size == 1
+    assert np.unique(np.asarray(warm)[0]).size > 1
+    policy = ad.adaptive_policy(
+        ad.AdaptiveConfig(pool_size=N, round_sizes=(2, 3), call_budget=0.3)
+    )
+    _, cold_best = run_best_side(policy, model, queries, answers, q_emb, m_emb)
+    _, warm_best = run_best_side(
+        policy, model, queries, answers, q_emb, m_emb, initial_state=start
+    )
+    # best_side's learned order weighs the completion by what its own ledger
+    # learned, nothing at the first query: the start matters from the second.
+    np.testing.assert_array_equal(
+        np.asarray(cold_best.scores)[0], np.asarray(warm_best.scores)[0]
+    )
+    assert not np.array_equal(
+        np.asarray(cold_best.scores)[1:], np.asarray(warm_best.scores)[1:]
+    )
+
+
+def test_the_default_start_is_model_init_bit_for_bit():
+    queries, answers, q_emb, m_emb = _planted()
+    anchors = _anchors()
+    model = side_information()
+    default_state, default = run_mixed_side(
+        model, queries, answers, anchors, q_emb, m_emb
+    )
+    state, explicit = run_mixed_side(
+        model,
+        queries,
+        answers,
+        anchors,
+        q_emb,
+        m_emb,
+        initial_state=model.init(M, D),
+    )
+    np.testing.assert_array_equal(np.asarray(default), np.asarray(explicit))
+    chex.assert_trees_all_equal(default_state, state)
+    policy = ad.adaptive_policy(
+        ad.AdaptiveConfig(pool_size=N, round_sizes=(2, 3), call_budget=0.3)
+    )
+    _, plain = run_best_side(policy, model, queries, answers, q_emb, m_emb)
+    _, explicit_best = run_best_side(
+        policy, model, queries, answers, q_emb, m_emb, initial_state=model.init(M, D)
+    )
+    chex.assert_trees_all_equal(plain, explicit_best)
+
+
+def test_a_shared_start_stays_causal():
+    queries, answers, q_emb, m_emb = _planted()
+    anchors = _anchors()
+    model = side_information()
+    start = shared_start(_source(), M)
+    _, before = run_mixed_side(
+        model, queries, answers, anchors, q_emb, m_emb, initial_state=start
+    )
+    changed = answers.at[7:].set(1.0 - answers[7:])
+    _, after = run_mixed_side(
+        model, queries, changed, anchors, q_emb, m_emb, initial_state=start
+    )
+    np.testing.assert_array_equal(np.asarray(before)[:7], np.asarray(after)[:7])
+    assert not np.array_equal(np.asarray(before)[8:], np.asarray(after)[8:])
+    policy = ad.adaptive_policy(
+        ad.AdaptiveConfig(pool_size=N, round_sizes=(2, 3), call_budget=0.3)
+    )
+    _, best_before = run_best_side(
+        policy, model, queries, answers, q_emb, m_emb, initial_state=start
+    )
+    _, best_after = run_best_side(
+        policy, model, queries, changed, q_emb, m_emb, initial_state=start
+    )
+    np.testing.assert_array_equal(
+        np.asarray(best_before.scores)[:7], np.asarray(best_after.scores)[:7]
+    )
+
+
+def test_vmap_with_a_shared_start_equals_a_loop():
+    streams = [_planted(seed) for seed in range(3)]
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *streams)
+    anchors = jnp.stack([_anchors(seed) for seed in range(3)])
+    model = side_information()
+    start = model.pooled_start([_source(5), _source(6)], M)
+    batched = jax.vmap(
+        lambda q, a, k, qe, me: run_mixed_side(
+            model, q, a, k, qe, me, initial_state=start
+        )[1]
+    )(stacked[0], stacked[1], anchors, stacked[2], stacked[3])
+    for i, (queries, answers, q_emb, m_emb) in enumerate(streams):
+        _, one = run_mixed_side(
+            model, queries, answers, anchors[i], q_emb, m_emb, initial_state=start
+        )
+        chex.assert_trees_all_close(batched[i], one, atol=1e-5)
+
+
+def test_an_initial_state_of_the_wrong_shape_is_named():
+    queries, answers, q_emb, m_emb = _planted()
+    model = side_information()
+    with pytest.raises(ValueError, match="initial_state.memory_residual"):
+        run_mixed_side(
+            model,
+            queries,
+            answers,
+            _anchors(),
+            q_emb,
+            m_emb,
+            initial_state=model.init(M + 1, D),
+        )
+    policy = ad.adaptive_policy(ad.AdaptiveConfig(pool_size=N, round_sizes=(2,)))
+    with pytest.raises(ValueError, match="initial_state.gram"):
+        run_best_side(
+            policy,
+            model,
+            queries,
+            answers,
+            q_emb,
+            m_emb,
+            initial_state=model.init(M, D + 1),
         )
