@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from earm_jax.jobs.plot_style import MARKERS, load_note, pyplot, save_figure, wrap_title
+from earm_jax.jobs.plot_style import load_note, pyplot, save_figure, wrap_title
 from earm_jax.jobs.policy_plots import (
     calls_figure,
     locomo_grid_figure,
@@ -25,24 +25,80 @@ from earm_jax.jobs.policy_plots import (
 FIGURE_LIST = "figures.json"
 """The name of the figure list in a results folder."""
 
+SOLVER_STYLES: dict[str, tuple[str, str]] = {
+    "incremental": ("tab:blue", "o"),
+    "als": ("tab:orange", "s"),
+    "incremental_chunked": ("tab:cyan", "D"),
+    "incremental_c45063e": ("tab:gray", "^"),
+    "incremental_superseded": ("tab:brown", "v"),
+}
+"""Colour and marker of each solver series, the same in every latency and
+throughput figure; a series not listed (e.g. a superseded step the figure list
+renames) takes one of the remaining colours, fixed by its name."""
 
-def latency_figure(payload: Mapping[str, Any], path: str | Path) -> Path:
-    """One online step's latency (p50, p10–p90 range) against the history size
+_OTHER_STYLES = (("tab:purple", "P"), ("tab:olive", "X"), ("tab:pink", "*"))
+
+
+def solver_style(series: str) -> dict[str, str]:
+    """``{"color", "marker"}`` of a solver series (:data:`SOLVER_STYLES`)."""
+    colour, marker = SOLVER_STYLES.get(
+        series, _OTHER_STYLES[sum(map(ord, series)) % len(_OTHER_STYLES)]
+    )
+    return {"color": colour, "marker": marker}
+
+
+class Series(NamedTuple):
+    """How a figure names the solvers of its JSON: ``rename`` maps a row's
+    solver to the series it is drawn as (its colour and marker), ``labels`` a
+    series to its legend text (``{chunk}``: the run's streams per chunk), and
+    ``note`` is added to the title (e.g. that the run is superseded)."""
+
+    rename: Mapping[str, str] | None = None
+    labels: Mapping[str, str] | None = None
+    note: str | None = None
+
+    def name(self, solver: str) -> str:
+        return (self.rename or {}).get(solver, solver)
+
+    def label(self, series: str, payload: Mapping[str, Any], suffix: str = "") -> str:
+        text = (self.labels or {}).get(series, series)
+        chunk = payload.get("config", {}).get("streams_per_chunk")
+        return text.format(chunk=chunk) + suffix
+
+    def title(self, text: str) -> str:
+        return f"{text} — {self.note}" if self.note else text
+
+
+def _solver_order(solver: str) -> tuple[int, str]:
+    """Legend order: the listed solvers in :data:`SOLVER_STYLES` order, then
+    the rest by name."""
+    order = list(SOLVER_STYLES)
+    return (order.index(solver) if solver in order else len(order), solver)
+
+
+def latency_figure(
+    payload: Mapping[str, Any], path: str | Path, series: Series | None = None
+) -> Path:
+    """One online step's latency (p50, min–p90 range) against the history size
     ``t``, per solver, from a ``bench_solver --sections latency`` JSON."""
+    series = series or Series()
     plt = pyplot()
     rows = payload["latency"]["rows"]
     figure, axis = plt.subplots(figsize=(7, 5))
-    for index, solver in enumerate(sorted({r["solver"] for r in rows}, reverse=True)):
+    for solver in sorted({r["solver"] for r in rows}, key=_solver_order):
         mine = sorted((r for r in rows if r["solver"] == solver), key=lambda r: r["t"])
         ts = [r["t"] for r in mine]
         p50 = [r["p50_ms"] for r in mine]
-        axis.plot(ts, p50, marker=MARKERS[index], label=f"{solver} (p50)")
+        name = series.name(solver)
+        style = solver_style(name)
+        axis.plot(ts, p50, **style, label=series.label(name, payload, " (p50)"))
         axis.fill_between(
             ts,
             [r["min_ms"] for r in mine],
             [r["p90_ms"] for r in mine],
+            color=style["color"],
             alpha=0.15,
-            label=f"{solver} (min–p90)",
+            label=series.label(name, payload, " (min–p90)"),
         )
         axis.annotate(
             f"p50 {p50[-1] / p50[0]:.2f}x that at t={ts[0]}",
@@ -53,42 +109,42 @@ def latency_figure(payload: Mapping[str, Any], path: str | Path) -> Path:
         )
     axis.set_xscale("log")
     axis.set_yscale("log")
-    axis.set_xlabel("history: queries already stored (t)")
-    axis.set_ylabel("one online step (select + observe), ms")
+    axis.set_xlabel("history: queries already stored (t, log scale)")
+    axis.set_ylabel("one online step (select + observe), ms (log scale)")
     axis.grid(alpha=0.3, which="both")
     axis.legend(fontsize=8)
     note = load_note(payload.get("meta", payload))
     axis.set_title(
-        wrap_title(f"Latency vs history (M=1,000, N=200, r=8; {note})", 70), fontsize=10
+        wrap_title(
+            series.title(f"Latency vs history (M=1,000, N=200, r=8; {note})"), 70
+        ),
+        fontsize=10,
     )
     figure.tight_layout()
     return save_figure(figure, path)
 
 
 def throughput_figure(
-    payload: Mapping[str, Any],
-    path: str | Path,
-    series_labels: Mapping[str, str] | None = None,
+    payload: Mapping[str, Any], path: str | Path, series: Series | None = None
 ) -> Path:
     """``run_batch`` stream-queries per second against the number of streams
     ``S``, per solver, from a ``bench_solver --sections throughput`` JSON.
 
-    ``series_labels`` names a row's solver in the legend (``{chunk}`` becomes
-    the run's streams per chunk); unnamed rows show the solver's name.
+    ``series`` names a row's solver in the legend; unnamed rows show the
+    solver's name.
     """
-    series_labels = series_labels or {}
+    series = series or Series()
     plt = pyplot()
     rows = [r for r in payload["throughput"]["rows"] if r.get("sweep", "S") == "S"]
     figure, axis = plt.subplots(figsize=(7, 5))
-    for index, solver in enumerate(sorted({r["solver"] for r in rows}, reverse=True)):
+    for solver in sorted({r["solver"] for r in rows}, key=_solver_order):
         mine = sorted((r for r in rows if r["solver"] == solver), key=lambda r: r["S"])
+        name = series.name(solver)
         axis.plot(
             [r["S"] for r in mine],
             [r["stream_queries_per_s"] for r in mine],
-            marker=MARKERS[index],
-            label=series_labels.get(solver, solver).format(
-                chunk=payload.get("config", {}).get("streams_per_chunk")
-            ),
+            **solver_style(name),
+            label=series.label(name, payload),
         )
         for r in mine:
             axis.annotate(
@@ -103,13 +159,16 @@ def throughput_figure(
     sizes = sorted({r["S"] for r in rows})
     axis.set_xticks(sizes, [str(size) for size in sizes])
     axis.xaxis.set_minor_locator(pyplot().NullLocator())
-    axis.set_xlabel("streams S (vmapped in one run_batch call)")
-    axis.set_ylabel("stream-queries per second (median, compile excluded)")
+    axis.set_xlabel("streams S (vmapped in one run_batch call; log scale)")
+    axis.set_ylabel("stream-queries per second (median, compile excluded; log)")
     axis.grid(alpha=0.3, which="both")
     axis.legend(fontsize=8)
     note = load_note(payload.get("meta", payload))
     axis.set_title(
-        wrap_title(f"Throughput vs streams (M=1,000, N=200, r=8, T=40; {note})", 70),
+        wrap_title(
+            series.title(f"Throughput vs streams (M=1,000, N=200, r=8, T=40; {note})"),
+            70,
+        ),
         fontsize=10,
     )
     figure.tight_layout()
@@ -157,9 +216,9 @@ def solver_quality_figure(
         left.axhline(0, color="grey", lw=0.8)
         left.set_xlabel(
             f"history rows refreshed per query (incremental; als: "
-            f"{als['seconds_incl_compile']:.0f} s)"
+            f"{als['seconds_incl_compile']:.0f} s); the two metrics side by side"
         )
-        left.set_ylabel("difference, 95% CI")
+        left.set_ylabel("incremental − als (metric difference, 95% CI)")
         left.grid(alpha=0.3)
         left.legend(fontsize=8)
         left.set_title(
@@ -178,11 +237,20 @@ def solver_quality_figure(
             mixed[n]["incremental-als"]["ci"][1] - m
             for m, n in zip(means, names, strict=True)
         ]
-        right.errorbar(range(len(names)), means, yerr=[lows, highs], fmt="o", capsize=3)
+        right.errorbar(
+            range(len(names)),
+            means,
+            yerr=[lows, highs],
+            fmt="o",
+            capsize=3,
+            label="Mixed (EARM): incremental − als",
+        )
         right.set_xticks(range(len(names)), names)
         right.axhline(0, color="grey", lw=0.8)
-        right.set_ylabel("Mixed: incremental − als, 95% CI over questions")
+        right.set_xlabel("quality metric")
+        right.set_ylabel("incremental − als (95% CI over questions)")
         right.grid(alpha=0.3)
+        right.legend(fontsize=8)
         seconds = conversations.get("seconds_per_solver", {})
         right.set_title(
             f"LoCoMo turns ({conversations.get('num_labelled_queries', '?')} labelled "
@@ -201,14 +269,20 @@ def solver_quality_figure(
 
 class FigureSpec(NamedTuple):
     """One figure of the list: draw ``figure`` (a PNG name) of ``kind`` from the
-    result JSON ``source`` (and ``with``, for ``solvers``); ``labels`` names
-    the series of a ``throughput`` figure."""
+    result JSON ``source`` (and ``with``, for ``solvers``); for ``latency``
+    and ``throughput`` figures ``rename``, ``labels`` and ``note`` say how
+    the solvers are drawn and named (:class:`Series`)."""
 
     source: str
     figure: str
     kind: str
     companion: str | None = None
     series_labels: dict[str, str] | None = None
+    rename: dict[str, str] | None = None
+    note: str | None = None
+
+    def series(self) -> Series:
+        return Series(self.rename, self.series_labels, self.note)
 
 
 def read_figure_list(results_dir: str | Path) -> list[FigureSpec]:
@@ -222,7 +296,13 @@ def read_figure_list(results_dir: str | Path) -> list[FigureSpec]:
         entries = json.loads(path.read_text(encoding="utf-8"))["figures"]
         specs = [
             FigureSpec(
-                e["source"], e["figure"], e["kind"], e.get("with"), e.get("labels")
+                e["source"],
+                e["figure"],
+                e["kind"],
+                e.get("with"),
+                e.get("labels"),
+                e.get("rename"),
+                e.get("note"),
             )
             for e in entries
         ]
@@ -279,9 +359,11 @@ _DRAW: dict[str, Callable[..., Path]] = {
     "grid": lambda payload, target, metric, spec, results_dir: locomo_grid_figure(
         payload, target, metric
     ),
-    "latency": lambda payload, target, *_: latency_figure(payload, target),
+    "latency": lambda payload, target, metric, spec, results_dir: latency_figure(
+        payload, target, spec.series()
+    ),
     "throughput": lambda payload, target, metric, spec, results_dir: throughput_figure(
-        payload, target, spec.series_labels
+        payload, target, spec.series()
     ),
     "solvers": _draw_solvers,
 }
@@ -313,10 +395,13 @@ def benchmark_figures(
 
 __all__ = [
     "FIGURE_LIST",
+    "SOLVER_STYLES",
     "FigureSpec",
+    "Series",
     "benchmark_figures",
     "latency_figure",
     "read_figure_list",
     "solver_quality_figure",
+    "solver_style",
     "throughput_figure",
 ]

@@ -23,15 +23,28 @@ def pyplot():
     return plt
 
 
+POLICY_INDEX: dict[str, int] = {
+    **{policy: index for index, policy in enumerate(labels.POLICY_LABELS)},
+    "best": 8,
+}
+"""Each known policy's tab10 colour and marker index: the README's seven in
+README order, then the adaptive ``best`` (olive hexagons). Any other policy
+gets grey (7) or cyan (9), fixed by its name, so it never takes a known one's."""
+
+
 def policy_style(policy: str) -> dict[str, Any]:
-    """Colour and marker of a policy, the same in every figure."""
+    """Colour and marker of a policy, the same in every figure and notebook.
+
+    >>> policy_style("best")["marker"], policy_style("semantic")["marker"]
+    ('h', 'o')
+    """
     import matplotlib
 
-    index = labels.policy_rank(policy)
-    if index >= len(labels.POLICY_LABELS):  # unknown policy: stable by name
-        index = len(labels.POLICY_LABELS) + sum(map(ord, policy)) % 3
+    index = POLICY_INDEX.get(policy)
+    if index is None:
+        index = (7, 9)[sum(map(ord, policy)) % 2]
     colours = matplotlib.colormaps["tab10"].colors
-    return {"color": colours[index % 10], "marker": MARKERS[index % len(MARKERS)]}
+    return {"color": colours[index], "marker": MARKERS[index]}
 
 
 def save_figure(figure, path: str | Path) -> Path:
@@ -63,6 +76,7 @@ def load_note(meta: Mapping[str, Any]) -> str:
 
 __all__ = [
     "MARKERS",
+    "POLICY_INDEX",
     "load_note",
     "policy_style",
     "pyplot",

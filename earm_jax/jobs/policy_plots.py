@@ -19,6 +19,18 @@ import numpy as np
 from earm_jax.eval import labels
 from earm_jax.jobs.plot_style import policy_style, pyplot, save_figure, wrap_title
 
+STAGE_NOTE = (
+    "a later stage is also later in each stream, with more history: "
+    "differences across stages are not the budget's alone"
+)
+"""What every per-stage axis says: stage is budget and position at once."""
+
+
+def _dodge(count: int, width: float) -> list[float]:
+    """Offsets of ``count`` series centred on 0, ``width`` apart (categorical
+    axes only: the axis label says the points are dodged)."""
+    return [(k - (count - 1) / 2) * width for k in range(count)]
+
 
 def _groups(calls: list[float], span: float) -> list[list[int]]:
     """Indices of policies whose calls are within 2% of the axis of each other."""
@@ -44,12 +56,19 @@ def _spread(values: list[float], gap: float) -> list[float]:
     return [p - shift for p in placed]
 
 
+def _calls_text(calls: float) -> str:
+    """``58`` or ``49.2``: whole numbers without a decimal."""
+    return f"{calls:.0f}" if abs(calls - round(calls)) < 0.05 else f"{calls:.1f}"
+
+
 def quality_vs_calls(axis, results: Mapping[str, Any], metric: str) -> None:
     """Every policy's ``metric`` (mean, 95% CI) against its calls per query.
 
-    Policies at (nearly) equal calls are drawn a little apart, in README order,
-    and labelled beside the group with a leader line each, so none hides
-    another; the x axis starts at 0 calls (Semantic).
+    Each point sits at its policy's true mean calls per query. Policies at
+    (nearly) equal calls overlap there: they keep apart by hollow markers of
+    their own shape, caps of their own width (nested CIs) and a label each,
+    placed beside the group with a leader line. The x axis starts at 0 calls
+    (Semantic).
     """
     policies = [
         p for p in labels.ordered(results) if results[p][metric]["mean"] is not None
@@ -64,12 +83,10 @@ def quality_vs_calls(axis, results: Mapping[str, Any], metric: str) -> None:
     height = max(top - bottom, 1e-3)
     handles: dict[str, Any] = {}
     for group in _groups(calls, span):
-        step = 0.012 * span
-        offsets = [(k - (len(group) - 1) / 2) * step for k in range(len(group))]
         heights = _spread([means[i] for i in group], 0.055 * height)
-        right = max(calls[i] for i in group) + offsets[-1]
-        for index, offset, label_y in zip(group, offsets, heights, strict=True):
-            policy, x, mean = policies[index], calls[index] + offset, means[index]
+        right = max(calls[i] for i in group)
+        for rank, (index, label_y) in enumerate(zip(group, heights, strict=True)):
+            policy, x, mean = policies[index], calls[index], means[index]
             low, high = lows[index], highs[index]
             style = policy_style(policy)
             handles[policy] = axis.errorbar(
@@ -78,9 +95,13 @@ def quality_vs_calls(axis, results: Mapping[str, Any], metric: str) -> None:
                 yerr=[[mean - low], [high - mean]] if low is not None else None,
                 fmt=style["marker"],
                 color=style["color"],
-                capsize=3,
-                ms=6,
-                label=f"{labels.policy_label(policy)} ({calls[index]:.0f} calls)",
+                markerfacecolor="none" if len(group) > 1 else style["color"],
+                markeredgewidth=1.3,
+                capsize=3 + 1.2 * rank,
+                elinewidth=1.0,
+                ms=5 + 1.2 * (len(group) - 1 - rank),
+                zorder=2 + rank,
+                label=f"{labels.policy_label(policy)} ({_calls_text(x)} calls)",
             )
             axis.annotate(
                 f"{labels.policy_label(policy, short=True)} {mean:.3f}",
@@ -95,9 +116,10 @@ def quality_vs_calls(axis, results: Mapping[str, Any], metric: str) -> None:
     axis.set_xlim(-0.06 * span, span * 1.3)
     axis.set_ylim(bottom - 0.08 * height, top + 0.08 * height)
     axis.set_xlabel(
-        "direct-scoring calls per query (mean; equal calls drawn side by side)"
+        "direct-scoring calls per query (mean; each point at its own calls, "
+        "equal calls overlap)"
     )
-    axis.set_ylabel(metric)
+    axis.set_ylabel(f"{metric} (mean, 95% CI)")
     axis.grid(alpha=0.3)
     axis.legend(
         handles=[handles[p] for p in policies if p in handles],
@@ -154,15 +176,21 @@ def policy_figure(
     xs = np.unique(positions)
     figure, (by_query, by_calls) = plt.subplots(1, 2, figsize=(13, 5))
     policies = labels.ordered(metrics)
-    spacing = (xs[1] - xs[0]) * 0.025 if len(xs) > 1 else 0.05
-    for position, policy in enumerate(policies):
+    # Stages are categories: policies are dodged around each (and the label
+    # says so); query blocks are positions: every point stays at its block.
+    offsets = _dodge(len(policies), 0.06) if integer_axis else [0.0] * len(policies)
+    if integer_axis:
+        position_label = (
+            f"{position_label}; policies dodged around each stage\n{STAGE_NOTE}"
+        )
+    for offset, policy in zip(offsets, policies, strict=True):
         values = np.asarray(metrics[policy][metric]).reshape(has_relevant.shape)
         rows = np.array(
             [_normal_ci(values[has_relevant & (positions == x)]) for x in xs]
         )
         style = policy_style(policy)
         by_query.errorbar(
-            xs + (position - (len(policies) - 1) / 2) * spacing,
+            xs + offset,
             rows[:, 0],
             yerr=[rows[:, 0] - rows[:, 1], rows[:, 2] - rows[:, 0]],
             marker=style["marker"],
@@ -174,8 +202,8 @@ def policy_figure(
         )
     if integer_axis:
         by_query.set_xticks(xs)
-    by_query.set_xlabel(position_label)
-    by_query.set_ylabel(metric)
+    by_query.set_xlabel(position_label, fontsize=9)
+    by_query.set_ylabel(f"{metric} (mean, 95% CI)")
     by_query.set_title(f"{metric} along the stream (95% CI, normal approx.)")
     by_query.grid(alpha=0.3)
     by_query.legend(fontsize=7)
@@ -204,20 +232,21 @@ def per_stage_figure(
     payload: Mapping[str, Any], path: str | Path, metric: str, title: str
 ) -> Path:
     """``metric`` per budget stage for every policy (95% CI), from a result JSON's
-    ``per_stage``; the x ticks name each stage's anchors per query."""
+    ``per_stage``; the x ticks name each stage's anchors per query and the
+    axis says what else changes with the stage (:data:`STAGE_NOTE`)."""
     plt = pyplot()
     stages = _stage_results(payload["per_stage"])
     keys = sorted(stages)
     figure, axis = plt.subplots(figsize=(8, 5))
     policies = labels.ordered({p for s in stages.values() for p in s})
-    for position, policy in enumerate(policies):
+    for offset, policy in zip(_dodge(len(policies), 0.06), policies, strict=True):
         style = policy_style(policy)
         xs, means, lows, highs = [], [], [], []
         for stage in keys:
             row = stages[stage].get(policy)
             if row is None or row[metric]["mean"] is None:
                 continue
-            xs.append(stage + (position - len(policies) / 2) * 0.03)
+            xs.append(stage + offset)
             means.append(row[metric]["mean"])
             lows.append(row[metric]["mean"] - row[metric]["ci"][0])
             highs.append(row[metric]["ci"][1] - row[metric]["mean"])
@@ -239,8 +268,12 @@ def per_stage_figure(
             for s in keys
         ]
     )
-    axis.set_xlabel("budget stage (anchored policies' calls per query)")
-    axis.set_ylabel(metric)
+    axis.set_xlabel(
+        "budget stage (anchored policies' calls per query); policies dodged "
+        f"around each stage\n{STAGE_NOTE}",
+        fontsize=9,
+    )
+    axis.set_ylabel(f"{metric} (mean, 95% CI)")
     axis.grid(alpha=0.3)
     axis.legend(fontsize=7, ncol=2)
     axis.set_title(wrap_title(title, 80), fontsize=10)
@@ -296,7 +329,11 @@ def locomo_grid_figure(
         [f"{r['setting']}\nnoise {r['noise']}\nrank {r['rank']}" for r in runs],
         fontsize=8,
     )
-    axis.set_ylabel(metric)
+    axis.set_xlabel(
+        "grid point: memory setting, evidence noise, rank (policies side by side "
+        "at each point)"
+    )
+    axis.set_ylabel(f"{metric} (mean, 95% CI)")
     axis.grid(alpha=0.3, axis="y")
     axis.legend(fontsize=7, ncol=4, loc="lower right")
     axis.set_title(
@@ -309,6 +346,7 @@ def locomo_grid_figure(
 
 
 __all__ = [
+    "STAGE_NOTE",
     "calls_figure",
     "locomo_grid_figure",
     "per_stage_figure",

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from earm_jax.cli import main  # noqa: E402
 from earm_jax.eval import labels  # noqa: E402
-from earm_jax.jobs import benchmark_plots, plots  # noqa: E402
+from earm_jax.jobs import benchmark_plots, plots, policy_plots  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
@@ -30,15 +30,88 @@ def test_quality_vs_calls_draws_every_policy_in_readme_order():
     figure, axis = plt.subplots()
     plots.quality_vs_calls(axis, payload["results"], "recall@10")
     legend = [text.get_text() for text in axis.get_legend().get_texts()]
-    xs = [float(c.lines[0].get_xdata()[0]) for c in axis.containers]
     plt.close(figure)
     expected = [*labels.POLICY_LABELS.values(), "best"]
     assert [entry.split(" (")[0] for entry in legend] == [
         e.split(" (")[0] for e in expected
     ]
-    # five policies pay 58 calls; they are drawn apart, none hides another
     assert legend[3].endswith("(58 calls)")
-    assert len(set(xs)) == len(xs) == len(expected)
+
+
+def test_quality_vs_calls_draws_every_point_at_its_true_calls():
+    payload = json.loads(
+        (RESULTS / "conversations_best_turns_noise01.json").read_text()
+    )
+    results = payload["runs"][0]["results"]
+    figure, axis = plt.subplots()
+    plots.quality_vs_calls(axis, results, "recall@10")
+    drawn = {}
+    for container in axis.containers:  # one errorbar per policy
+        (x,), (y,) = container.lines[0].get_xdata(), container.lines[0].get_ydata()
+        drawn[container.get_label().rsplit(" (", 1)[0]] = (float(x), float(y))
+    label = axis.get_xlabel()
+    plt.close(figure)
+    assert len(drawn) == len(results)
+    for policy, row in results.items():
+        x, y = drawn[labels.policy_label(policy)]
+        # no offset: best (49.2 calls) sits left of the others (49.5), not apart
+        assert x == row["calls_per_query"]
+        assert y == row["recall@10"]["mean"]
+    assert "side by side" not in label and "calls" in label
+
+
+def test_per_stage_axes_say_stage_is_also_position_in_the_stream(tmp_path, monkeypatch):
+    drawn = []
+    monkeypatch.setattr(
+        policy_plots, "save_figure", lambda figure, path: drawn.append(figure)
+    )
+    payload = json.loads((RESULTS / "simulate_default.json").read_text())
+    plots.per_stage_figure(payload, tmp_path / "x.png", "recall@10", "title")
+    axis = drawn[0].axes[0]
+    label = axis.get_xlabel()
+    plt.close(drawn[0])
+    assert policy_plots.STAGE_NOTE in label and "dodged" in label
+
+
+def test_every_policy_and_solver_keeps_one_colour():
+    styles = [plots.policy_style(p) for p in [*labels.POLICY_LABELS, "best"]]
+    assert len({s["color"] for s in styles}) == len(styles)
+    assert plots.policy_style("best") == plots.policy_style("best")
+    # a policy added later never takes a known policy's colour
+    assert plots.policy_style("later")["color"] not in {s["color"] for s in styles}
+    solvers = benchmark_plots.SOLVER_STYLES
+    assert len({colour for colour, _ in solvers.values()}) == len(solvers)
+
+
+def _legend_colours(figure) -> dict[str, tuple]:
+    axis = figure.axes[0]
+    handles, texts = axis.get_legend_handles_labels()
+    return {
+        text: matplotlib.colors.to_rgb(handle.get_color())
+        for handle, text in zip(handles, texts, strict=True)
+        if hasattr(handle, "get_color")
+    }
+
+
+def test_latency_and_throughput_figures_colour_each_solver_alike(tmp_path, monkeypatch):
+    drawn = []
+    monkeypatch.setattr(
+        benchmark_plots, "save_figure", lambda figure, path: drawn.append(figure)
+    )
+    colours: dict[str, set] = {}
+    for spec in plots.read_figure_list(RESULTS):
+        if spec.kind not in ("latency", "throughput"):
+            continue
+        payload = json.loads((RESULTS / spec.source).read_text())
+        draw = (
+            plots.latency_figure if spec.kind == "latency" else plots.throughput_figure
+        )
+        draw(payload, tmp_path / "x.png", spec.series())
+        for text, colour in _legend_colours(drawn[-1]).items():
+            colours.setdefault(text.split(" (p50")[0], set()).add(colour)
+        plt.close(drawn[-1])
+    assert colours["incremental"] == {matplotlib.colors.to_rgb("tab:blue")}
+    assert all(len(found) == 1 for found in colours.values()), colours
 
 
 def test_earm_plots_writes_titled_figures(tmp_path, capsys):
@@ -79,7 +152,7 @@ def test_the_figure_list_names_the_series_of_throughput_figures(tmp_path, monkey
         if figure.figure == "throughput_vs_streams_paired.png"
     )
     payload = json.loads((RESULTS / paired.source).read_text())
-    plots.throughput_figure(payload, tmp_path / "x.png", paired.series_labels)
+    plots.throughput_figure(payload, tmp_path / "x.png", paired.series())
     legend = [t.get_text() for t in drawn[0].axes[0].get_legend().get_texts()]
     plt.close(drawn[0])
     solvers = {row["solver"] for row in payload["throughput"]["rows"]}
