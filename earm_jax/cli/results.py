@@ -15,6 +15,7 @@ from earm_jax.jobs.results_tables import (
     page_diff,
     read_table_list,
     regenerate,
+    source_folders,
     stale_tables,
 )
 
@@ -26,6 +27,15 @@ def _default_pages() -> list[Path]:
 def _read_json(path: Path, fix: str) -> dict:
     with user_errors(fix, OSError, json.JSONDecodeError):
         return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _find(source: str, folders: list[Path]) -> Path:
+    """The first of the folders holding ``source`` (the results folder's own
+    path, for the error, where none does)."""
+    for folder in folders:
+        if (folder / source).is_file():
+            return folder / source
+    return folders[0] / source
 
 
 def _read_page(page: Path) -> str:
@@ -54,7 +64,8 @@ def results(
     """Rewrite the generated results tables of the pages from the result JSONs.
 
     A table sits between `<!-- results:NAME -->` and `<!-- /results:NAME -->`;
-    the results folder's tables.json says which JSON feeds which table.
+    the results folder's tables.json says which JSON feeds which table (a JSON
+    is looked up in that folder, then in the `folders` tables.json names).
     """
     pages = pages or _default_pages()
     table_list = results_folder / TABLE_LIST
@@ -63,10 +74,12 @@ def results(
             f"no {TABLE_LIST} in {str(results_folder)!r}",
             "run from the repository root or pass --results benchmarks/results",
         )
+    table_payload = _read_json(table_list, f"fix {table_list}")
     with user_errors(
         f"fix {table_list}: each table needs columns and rows", KeyError, ValueError
     ):
-        tables = read_table_list(_read_json(table_list, f"fix {table_list}"))
+        tables = read_table_list(table_payload)
+        folders = [results_folder, *source_folders(table_payload, results_folder)]
     texts = {str(page): _read_page(page) for page in pages}
     shown = {name for text in texts.values() for name in marked_tables(text)}
     sources = {
@@ -74,7 +87,7 @@ def results(
     }
     payloads = {
         source: _read_json(
-            results_folder / source,
+            _find(source, folders),
             f"commit {source} to {results_folder} or drop its table from {TABLE_LIST}",
         )
         for source in sorted(sources)

@@ -3,8 +3,9 @@
 
 Which JSON feeds which table is data, not code: the results folder's
 ``tables.json`` declares each table (its default ``source`` JSON, its
-``columns``, its ``rows``), and a page shows a table between two marker
-comments::
+``columns``, its ``rows``) and the other ``folders`` a source JSON may sit in
+(``../../experiments/results``, searched after the results folder), and a page
+shows a table between two marker comments::
 
     <!-- results:locomo-headline -->
     ...generated, never edited by hand...
@@ -15,8 +16,18 @@ between keys, since keys hold dots such as ``turns:0.1:0``) and a Python
 ``format`` string over them (``{0:.3f} [{1:.3f}, {2:.3f}]``). Paths and formats
 may name the row's own fields (``results/{policy}/recall@10/mean``, ``{label}``),
 and a row may override a column's format by header (to set a number in bold).
-Under each table, one line per source JSON says where its rows came from: the
-command, commit, date and machine the JSON recorded, or that it recorded none.
+In a list, a path step ``key=value`` (``,`` between several) picks the one item
+whose fields have those values (``runs/setting=turns,rank=8``); a value may also
+be ``{"ratio": [path, path]}``, the first over the second (a share of Full's
+calls). A value its format does not use is not read, so an empty format leaves
+a cell blank where the JSON has nothing to show.
+
+A column may read its own ``source`` (one JSON per column, as for two runs side
+by side); a column with neither ``values`` nor ``format`` shows each row's own
+``values`` in the row's ``format`` (a table whose rows are measures, not
+policies). Under each table, one line per source JSON says where its rows came
+from: the command, commit, date and machine the JSON recorded, or that it
+recorded none.
 
 Everything here is pure (texts and parsed JSONs in, texts out); reading and
 writing files is the caller's.
@@ -46,6 +57,7 @@ import difflib
 import re
 import string
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
 TABLE_LIST = "tables.json"
@@ -61,12 +73,19 @@ MARKED_TABLE = re.compile(
 NOT_RECORDED = "not recorded"
 
 
+Value = str | Mapping[str, Any]
+"""A path into a JSON, or ``{"ratio": [path, path]}``."""
+
+
 class Column(NamedTuple):
-    """One column: ``format`` over the ``values`` read at these paths."""
+    """One column: ``format`` over the ``values`` read at these paths, in
+    ``source`` where the column names its own JSON; without ``format``, each
+    row's own ``values`` and ``format``."""
 
     header: str
-    values: tuple[str, ...]
-    format: str
+    values: tuple[Value, ...]
+    format: str | None
+    source: str | None = None
 
 
 class TableSpec(NamedTuple):
@@ -77,9 +96,18 @@ class TableSpec(NamedTuple):
     columns: tuple[Column, ...]
     rows: tuple[Mapping[str, Any], ...]
 
-    def sources(self) -> list[str]:
-        """The result JSONs of its rows, in order of first use."""
+    def row_sources(self) -> list[str]:
+        """The result JSONs its rows name for the columns without their own,
+        in order of first use (none where every column names its own)."""
+        own = [column.source for column in self.columns]
+        if any(own) and all(c.source or not _reads(c) for c in self.columns):
+            return []
         found = [row.get("source", self.source) for row in self.rows]
+        return list(dict.fromkeys(found))
+
+    def sources(self) -> list[str]:
+        """Every result JSON the table reads, in order of first use."""
+        found = self.row_sources() + [c.source for c in self.columns if c.source]
         return list(dict.fromkeys(found))
 
 
@@ -92,26 +120,70 @@ class Provenance(NamedTuple):
     machine: str
 
 
+def _reads(column: Column) -> bool:
+    """Whether a column reads a JSON: its own values, or each row's."""
+    return bool(column.values) or column.format is None
+
+
+def _check_value(name: str, value: Any) -> None:
+    if isinstance(value, str):
+        return
+    if isinstance(value, Mapping) and set(value) == {"ratio"}:
+        ratio = value["ratio"]
+        if isinstance(ratio, list) and len(ratio) == 2:
+            if all(isinstance(path, str) for path in ratio):
+                return
+    raise ValueError(f"table {name!r}: a value is a path or {{'ratio': [path, path]}}")
+
+
 def _table(name: str, entry: Mapping[str, Any]) -> TableSpec:
     columns = tuple(
         Column(
             header=column["header"],
             values=tuple(column.get("values", ())),
-            format=column["format"],
+            format=column.get("format"),
+            source=column.get("source"),
         )
         for column in entry["columns"]
     )
     rows = tuple(entry["rows"])
     source = entry.get("source")
+    spec = TableSpec(name, source, columns, rows)
+    needs_source = bool(spec.row_sources())
+    for column in columns:
+        if column.format is None and column.values:
+            raise ValueError(f"table {name!r} column {column.header!r} has no format")
+        for value in column.values:
+            _check_value(name, value)
     for number, row in enumerate(rows):
-        if row.get("source", source) is None:
+        if needs_source and row.get("source", source) is None:
             raise ValueError(f"table {name!r} row {number} has no source JSON")
         unknown = set(row.get("formats", {})) - {column.header for column in columns}
         if unknown:
             raise ValueError(
                 f"table {name!r} row {number} formats unknown columns {sorted(unknown)}"
             )
-    return TableSpec(name, source, columns, rows)
+        if any(c.format is None for c in columns) and "format" not in row:
+            raise ValueError(
+                f"table {name!r} row {number} has no format for the columns "
+                "that show each row's own values"
+            )
+        for value in row.get("values", ()):
+            _check_value(name, value)
+    return spec
+
+
+def source_folders(payload: Mapping[str, Any], results: Path) -> list[Path]:
+    """The other folders a parsed ``tables.json`` names for its source JSONs
+    (``folders``, relative to the results folder), searched after it.
+
+    Raises:
+        ValueError: ``folders`` is not a list of folder names.
+    """
+    folders = payload.get("folders", [])
+    if not isinstance(folders, list) or not all(isinstance(f, str) for f in folders):
+        raise ValueError(f"{TABLE_LIST}: folders is a list of folder names")
+    return [results / folder for folder in folders]
 
 
 def read_table_list(payload: Mapping[str, Any]) -> dict[str, TableSpec]:
@@ -124,15 +196,34 @@ def read_table_list(payload: Mapping[str, Any]) -> dict[str, TableSpec]:
     return {name: _table(name, entry) for name, entry in payload["tables"].items()}
 
 
+def _pick(items: Sequence[Any], path: str, step: str) -> Any:
+    """The one item of a list whose fields match ``key=value,key=value``."""
+    wanted = dict(part.split("=", 1) for part in step.split(","))
+    found = [
+        item
+        for item in items
+        if isinstance(item, Mapping)
+        and all(key in item and str(item[key]) == text for key, text in wanted.items())
+    ]
+    if len(found) != 1:
+        raise KeyError(f"{path!r}: {len(found)} items match {step!r}, not one")
+    return found[0]
+
+
 def lookup(payload: Any, path: str) -> Any:
-    """The value at ``path`` (keys, or list indices, joined by ``/``).
+    """The value at ``path``: keys, list indices or, in a list, ``key=value``
+    (``,`` between several) for the one item with those fields, joined by ``/``.
 
     Raises:
-        KeyError: naming the first step of the path that is not there.
+        KeyError: naming the first step of the path that is not there, or a
+            ``key=value`` step that picks no item or several.
     """
     value = payload
     for step in path.split("/"):
         if isinstance(value, Sequence) and not isinstance(value, str):
+            if "=" in step and all("=" in part for part in step.split(",")):
+                value = _pick(value, path, step)
+                continue
             try:
                 value = value[int(step)]
                 continue
@@ -158,10 +249,41 @@ class _NumberFormatter(string.Formatter):
 _FORMATTER = _NumberFormatter()
 
 
+def _used(template: str, count: int) -> set[int]:
+    """The positions of the values a format string shows (all, where it
+    numbers them automatically with ``{}``)."""
+    used: set[int] = set()
+    for _, field, _, _ in _FORMATTER.parse(template):
+        if field is None:
+            continue
+        head = re.split(r"[.\[]", field, maxsplit=1)[0]
+        if head == "":
+            return set(range(count))
+        if head.isdigit():
+            used.add(int(head))
+    return used
+
+
+def _value(payload: Any, value: Value, fields: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+        return lookup(payload, value.format(**fields))
+    numerator, denominator = (
+        lookup(payload, path.format(**fields)) for path in value["ratio"]
+    )
+    return numerator / denominator
+
+
 def _cell(column: Column, row: Mapping[str, Any], payload: Any) -> str:
     fields = {key: value for key, value in row.items() if isinstance(value, str)}
-    values = [lookup(payload, path.format(**fields)) for path in column.values]
-    template = row.get("formats", {}).get(column.header, column.format)
+    own = column.format is not None
+    paths = column.values if own else tuple(row.get("values", ()))
+    default = column.format if own else row["format"]
+    template = row.get("formats", {}).get(column.header, default)
+    used = _used(template, len(paths))
+    values = [
+        _value(payload, path, fields) if number in used else None
+        for number, path in enumerate(paths)
+    ]
     return _FORMATTER.format(template, *values, **fields)
 
 
@@ -223,18 +345,21 @@ def render_table(spec: TableSpec, payloads: Mapping[str, Mapping[str, Any]]) -> 
     missing = [source for source in sources if source not in payloads]
     if missing:
         raise KeyError(f"table {spec.name!r} reads {missing}, which is not there")
+    by_row = len(spec.row_sources()) > 1
     headers = [column.header for column in spec.columns]
-    if len(sources) > 1:
+    if by_row:
         headers.append("source")
     lines = ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
     for row in spec.rows:
-        source = row.get("source", spec.source)
-        try:
-            cells = [_cell(column, row, payloads[source]) for column in spec.columns]
-        except KeyError as error:
-            raise KeyError(f"table {spec.name!r}, `{source}`: {error}") from None
-        if len(sources) > 1:
-            cells.append(f"`{source}`")
+        cells = []
+        for column in spec.columns:
+            source = column.source or row.get("source", spec.source)
+            try:
+                cells.append(_cell(column, row, payloads.get(source, {})))
+            except KeyError as error:
+                raise KeyError(f"table {spec.name!r}, `{source}`: {error}") from None
+        if by_row:
+            cells.append(f"`{row.get('source', spec.source)}`")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     if len(sources) == 1:
@@ -325,5 +450,6 @@ __all__ = [
     "regenerate",
     "render_table",
     "rewrite_page",
+    "source_folders",
     "stale_tables",
 ]
