@@ -62,18 +62,8 @@ import numpy as np
 from earm_jax.base import NOT_INSERTED, Observation, Query
 from earm_jax.retriever.asynchronous import AsyncRetrieving
 from earm_jax.retriever.candidates import CandidatePools
-from earm_jax.retriever.compiled import (
-    build_policy,
-    functions_for,
-)
-from earm_jax.retriever.config import (
-    Memory,
-    MemoryId,
-    Retrieved,
-    RetrieverConfig,
-    Usage,
-    is_int,
-)
+from earm_jax.retriever.compiled import functions_for
+from earm_jax.retriever.config import MemoryId, Retrieved, RetrieverConfig, is_int
 from earm_jax.retriever.growth import Growth
 from earm_jax.retriever.paying import Paying, failure_kind
 from earm_jax.retriever.recovery import Recovery
@@ -94,7 +84,7 @@ from earm_jax.store.journal import (
     Journal,
     lost_journal,
 )
-from earm_jax.store.lock import FolderLock, FolderLockedError
+from earm_jax.store.lock import FolderLock
 
 
 class OnlineRetriever(
@@ -494,14 +484,4 @@ class OnlineRetriever(
         self.close()
 
 
-__all__ = [
-    "CorruptFolderError",
-    "FolderLockedError",
-    "Memory",
-    "OnlineRetriever",
-    "Retrieved",
-    "RetrieverConfig",
-    "TextEmbedder",
-    "Usage",
-    "build_policy",
-]
+__all__ = ["OnlineRetriever"]
