@@ -26,6 +26,17 @@ FIGURE_LIST = "figures.json"
 """The name of the figure list in a results folder."""
 
 
+def _finish(figure, axis, payload, name: str, sizes: str, path: str | Path) -> Path:
+    """Grid, legend and the title ``name (sizes; the run's note)`` of a benchmark
+    figure, then saves it."""
+    axis.grid(alpha=0.3, which="both")
+    axis.legend(fontsize=8)
+    note = load_note(payload.get("meta", payload))
+    axis.set_title(wrap_title(f"{name} ({sizes}; {note})", 70), fontsize=10)
+    figure.tight_layout()
+    return save_figure(figure, path)
+
+
 def latency_figure(payload: Mapping[str, Any], path: str | Path) -> Path:
     """One online step's latency (p50, p10–p90 range) against the history size
     ``t``, per solver, from a ``bench_solver --sections latency`` JSON."""
@@ -55,14 +66,9 @@ def latency_figure(payload: Mapping[str, Any], path: str | Path) -> Path:
     axis.set_yscale("log")
     axis.set_xlabel("history: queries already stored (t)")
     axis.set_ylabel("one online step (select + observe), ms")
-    axis.grid(alpha=0.3, which="both")
-    axis.legend(fontsize=8)
-    note = load_note(payload.get("meta", payload))
-    axis.set_title(
-        wrap_title(f"Latency vs history (M=1,000, N=200, r=8; {note})", 70), fontsize=10
+    return _finish(
+        figure, axis, payload, "Latency vs history", "M=1,000, N=200, r=8", path
     )
-    figure.tight_layout()
-    return save_figure(figure, path)
 
 
 def throughput_figure(
@@ -105,15 +111,14 @@ def throughput_figure(
     axis.xaxis.set_minor_locator(pyplot().NullLocator())
     axis.set_xlabel("streams S (vmapped in one run_batch call)")
     axis.set_ylabel("stream-queries per second (median, compile excluded)")
-    axis.grid(alpha=0.3, which="both")
-    axis.legend(fontsize=8)
-    note = load_note(payload.get("meta", payload))
-    axis.set_title(
-        wrap_title(f"Throughput vs streams (M=1,000, N=200, r=8, T=40; {note})", 70),
-        fontsize=10,
+    return _finish(
+        figure,
+        axis,
+        payload,
+        "Throughput vs streams",
+        "M=1,000, N=200, r=8, T=40",
+        path,
     )
-    figure.tight_layout()
-    return save_figure(figure, path)
 
 
 def solver_quality_figure(
