@@ -29,7 +29,7 @@ SOLVER_STYLES: dict[str, tuple[str, str]] = {
     "incremental": ("tab:blue", "o"),
     "als": ("tab:orange", "s"),
     "incremental_chunked": ("tab:cyan", "D"),
-    "incremental_c45063e": ("tab:gray", "^"),
+    "incremental_older_step": ("tab:gray", "^"),
     "incremental_superseded": ("tab:brown", "v"),
 }
 """Colour and marker of each solver series, the same in every latency and
