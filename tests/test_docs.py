@@ -78,6 +78,18 @@ def test_nothing_cites_the_design_note_that_does_not_ship():
     assert found == []
 
 
+def test_no_library_module_names_a_commit():
+    # History (which commit did what) belongs in docs/design-notes.md; a series
+    # or a comment in the library says what a thing is instead.
+    allowed = {"ba7816bf8f01cfea"}  # the SHA-256 of "abc", a hashing doctest
+    for path in (REPO / "earm_jax").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        hexes = re.findall(r"(?<![0-9A-Za-z])[0-9a-f]{7,40}(?![0-9A-Za-z])", text)
+        for word in set(hexes) - allowed:  # also inside a name, e.g. step_1a2b3c4
+            commit = re.search(r"\d", word) and re.search(r"[a-f]", word)
+            assert not commit, f"{path.relative_to(REPO)} names {word}"
+
+
 def test_no_library_module_names_a_lab_result_file():
     results = {p.name for p in (REPO / "benchmarks" / "results").glob("*.json")}
     results |= {p.name for p in (REPO / "experiments" / "results").glob("*.json")}

@@ -12,11 +12,17 @@ from earm_jax.cli import output
 from earm_jax.cli.errors import UserError, user_errors
 from earm_jax.cli.options import (
     DEFAULTS,
+    CacheDir,
     CallBudget,
+    Conversations,
+    Limit,
+    LocomoData,
     NumSweeps,
     Preset,
+    Quiet,
     Resamples,
     Solver,
+    comma_names,
 )
 from earm_jax.jobs.metadata import write_json
 
@@ -44,10 +50,6 @@ def _ints(text: str, name: str) -> list[int]:
         ) from error
 
 
-def _names(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
 def resolve_data(data: Path | None) -> Path:
     """``--data``, else ``$EARM_LOCOMO_DATA``; a one-line error if neither names
     an existing path."""
@@ -70,7 +72,7 @@ def resolve_data(data: Path | None) -> Path:
     return data
 
 
-def _load_check(data: Path, conversations: list[str], limit: int) -> None:
+def _load_check(data: Path, conversations: tuple[str, ...], limit: int) -> None:
     """Reads the data once up front, so a file that is not LoCoMo, or a
     conversation that is not in it, is one line."""
     from earm_jax.jobs.locomo import select_conversations
@@ -90,17 +92,11 @@ def _load_check(data: Path, conversations: list[str], limit: int) -> None:
     if limit < 0:
         raise UserError(f"--limit must be >= 0, got {limit}", "0 means all questions")
     with user_errors("pick --conversations from the ids listed (comma list)"):
-        select_conversations(loaded, tuple(conversations), limit)
+        select_conversations(loaded, conversations, limit)
 
 
 def locomo(
-    data: Annotated[
-        Path | None,
-        typer.Option(
-            help="locomo10.json or a folder of per-conversation files "
-            "(default: $EARM_LOCOMO_DATA)."
-        ),
-    ] = None,
+    data: LocomoData = None,
     memories: Annotated[
         str, typer.Option(help="Memory settings: turns, observations (comma list).")
     ] = "turns",
@@ -132,9 +128,7 @@ def locomo(
     model: Annotated[
         Path | None, typer.Option(help="sentence-transformers folder (default MiniLM).")
     ] = None,
-    cache_dir: Annotated[
-        Path | None, typer.Option(help="Embedding cache (default $EARM_CACHE_DIR).")
-    ] = None,
+    cache_dir: CacheDir = None,
     base_url: Annotated[
         str | None, typer.Option(help="vLLM server for --scorer vllm.")
     ] = None,
@@ -221,15 +215,9 @@ def locomo(
         Path | None, typer.Option("--json", help="Write JSON here.")
     ] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG here.")] = None,
-    conversations: Annotated[
-        str,
-        typer.Option(help="Only these conversations, e.g. 26,30 (default: all)."),
-    ] = "",
-    limit: Annotated[
-        int,
-        typer.Option(help="First N questions of each conversation (0 = all)."),
-    ] = 0,
-    quiet: Annotated[bool, typer.Option(help="No progress lines (stderr).")] = False,
+    conversations: Conversations = "",
+    limit: Limit = 0,
+    quiet: Quiet = False,
 ) -> None:
     """Run all seven policies per LoCoMo conversation and report them with CIs."""
     from earm_jax.jobs.locomo import LocomoJob
@@ -237,7 +225,7 @@ def locomo(
 
     console = output.console()
     data = resolve_data(data)
-    settings = _names(memories)
+    settings = comma_names(memories)
     for setting in settings:
         if setting not in ("turns", "observations"):
             raise UserError(
@@ -267,10 +255,10 @@ def locomo(
             "--answer needs --answer-base-url and --answer-model",
             "point them at an OpenAI-compatible chat server",
         )
-    _load_check(data, _names(conversations), limit)
+    _load_check(data, comma_names(conversations), limit)
     job = LocomoJob(
         data=str(data),
-        settings=tuple(settings),
+        settings=settings,
         scorer=scorer,
         noises=tuple(_floats(noise, "--noise")),
         false_positive_rate=false_positive_rate,
@@ -297,7 +285,7 @@ def locomo(
         judge_model=judge_model,
         answer_limit=answer_limit,
         num_resamples=resamples,
-        conversations=tuple(_names(conversations)),
+        conversations=comma_names(conversations),
         limit=limit,
         graded=graded,
         preset=preset,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -34,12 +35,42 @@ HighFraction = Annotated[
     float, typer.Option(help="High-similarity stratum of the anchor sampler.")
 ]
 
+LocomoData = Annotated[
+    Path | None,
+    typer.Option(
+        help="locomo10.json or a folder of per-conversation files "
+        "(default: $EARM_LOCOMO_DATA)."
+    ),
+]
+Conversations = Annotated[
+    str, typer.Option(help="Only these conversations, e.g. 26,30 (default: all).")
+]
+Limit = Annotated[
+    int, typer.Option(help="First N questions of each conversation (0 = all).")
+]
+CacheDir = Annotated[
+    Path | None, typer.Option(help="Embedding cache (default $EARM_CACHE_DIR).")
+]
+Quiet = Annotated[bool, typer.Option(help="No progress lines (stderr).")]
+
+
+def comma_names(text: str) -> tuple[str, ...]:
+    """The names of a comma list such as ``--conversations 26,30``."""
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
 __all__ = [
     "DEFAULTS",
+    "CacheDir",
     "CallBudget",
+    "Conversations",
     "HighFraction",
+    "Limit",
+    "LocomoData",
     "NumSweeps",
     "Preset",
+    "Quiet",
     "Resamples",
     "Solver",
+    "comma_names",
 ]

@@ -17,6 +17,7 @@ from earm_jax.cli.options import (
     HighFraction,
     NumSweeps,
     Preset,
+    Quiet,
     Resamples,
     Solver,
 )
@@ -120,7 +121,7 @@ def simulate(
             "--noise and --wrong-rate then have no effect."
         ),
     ] = None,
-    quiet: Annotated[bool, typer.Option(help="No progress lines (stderr).")] = False,
+    quiet: Quiet = False,
 ) -> None:
     """Run all seven policies on simulated streams and print policy x metric."""
     from earm_jax.jobs.progress import Progress

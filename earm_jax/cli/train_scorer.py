@@ -9,33 +9,27 @@ import typer
 
 from earm_jax.cli.errors import user_errors
 from earm_jax.cli.locomo import resolve_data
-
-
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
+from earm_jax.cli.options import (
+    CacheDir,
+    Conversations,
+    Limit,
+    LocomoData,
+    Quiet,
+    comma_names,
+)
 
 
 def train_scorer(
     out: Annotated[
         Path, typer.Option(help="Output folder (new or empty; see --resume).")
     ],
-    data: Annotated[
-        Path | None,
-        typer.Option(
-            help="locomo10.json or a folder of per-conversation files "
-            "(default: $EARM_LOCOMO_DATA)."
-        ),
-    ] = None,
+    data: LocomoData = None,
     memories: Annotated[
         str,
         typer.Option(help="Memory settings whose pairs train it: turns, observations."),
     ] = "turns",
-    conversations: Annotated[
-        str, typer.Option(help="Only these conversations, e.g. 26,30 (default: all).")
-    ] = "",
-    limit: Annotated[
-        int, typer.Option(help="First N questions of each conversation (0 = all).")
-    ] = 0,
+    conversations: Conversations = "",
+    limit: Limit = 0,
     folds: Annotated[
         int,
         typer.Option(
@@ -87,9 +81,7 @@ def train_scorer(
             help="SQLite score cache (default: $EARM_CACHE_DIR/scores.sqlite)."
         ),
     ] = None,
-    cache_dir: Annotated[
-        Path | None, typer.Option(help="Embedding cache (default $EARM_CACHE_DIR).")
-    ] = None,
+    cache_dir: CacheDir = None,
     resume: Annotated[
         bool,
         typer.Option(
@@ -97,7 +89,7 @@ def train_scorer(
             "was): finished folds are kept, written models are not retrained."
         ),
     ] = False,
-    quiet: Annotated[bool, typer.Option(help="No progress lines (stderr).")] = False,
+    quiet: Quiet = False,
 ) -> None:
     """Fine-tune a cross-encoder from MiniLM on LoCoMo (question, memory,
     evidence) pairs; write the model folder(s), a manifest and scorer profiles."""
@@ -114,8 +106,8 @@ def train_scorer(
         job = TrainScorerJob(
             data=str(data),
             out=str(out),
-            settings=_names(memories),
-            conversations=_names(conversations),
+            settings=comma_names(memories),
+            conversations=comma_names(conversations),
             limit=limit,
             folds=folds,
             base_model=str(base_model) if base_model else None,

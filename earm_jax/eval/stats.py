@@ -99,20 +99,23 @@ def _percentiles(draws: np.ndarray, confidence: float) -> tuple[float, float, fl
 
 
 def _bootstrap(
-    columns: np.ndarray,
-    codes: np.ndarray | None,
     statistic: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    arrays: tuple[ArrayLike, ...],
     *,
+    where: ArrayLike | None,
+    clusters: ArrayLike | None,
     confidence: float,
     num_resamples: int,
     method: str,
     seed: int,
 ) -> ConfidenceInterval:
-    """Bootstraps ``statistic(sums[..., P], counts[...])`` of the column sums.
+    """Bootstraps ``statistic(sums[..., P], counts[...])`` of the column sums of
+    the paired ``arrays`` (selected and clustered as :func:`_prepare` does).
 
     Every statistic here is a function of the column sums and the query count of
     a (re)sample, so the i.i.d. and the cluster bootstrap share one definition.
     """
+    columns, codes = _prepare(arrays, where, clusters)
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     if num_resamples < 2:
@@ -222,11 +225,11 @@ def mean_ci(
     Raises:
       ValueError: no query selected, non-finite selected values, bad arguments.
     """
-    columns, codes = _prepare((values,), where, clusters)
     return _bootstrap(
-        columns,
-        codes,
         _mean,
+        (values,),
+        where=where,
+        clusters=clusters,
         confidence=confidence,
         num_resamples=num_resamples,
         method=method,
@@ -315,11 +318,11 @@ def gain_recovery(
     Returns:
       :class:`ConfidenceInterval` of the recovery ratio.
     """
-    columns, codes = _prepare((semantic, mixed, full), where, clusters)
     return _bootstrap(
-        columns,
-        codes,
         _recovery,
+        (semantic, mixed, full),
+        where=where,
+        clusters=clusters,
         confidence=confidence,
         num_resamples=num_resamples,
         method=method,
@@ -349,11 +352,11 @@ def ratio_ci(
     >>> round(ci.estimate, 2)
     0.75
     """
-    columns, codes = _prepare((numerator, denominator), where, clusters)
     return _bootstrap(
-        columns,
-        codes,
         _ratio,
+        (numerator, denominator),
+        where=where,
+        clusters=clusters,
         confidence=confidence,
         num_resamples=num_resamples,
         method=method,

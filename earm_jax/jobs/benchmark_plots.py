@@ -29,7 +29,7 @@ SOLVER_STYLES: dict[str, tuple[str, str]] = {
     "incremental": ("tab:blue", "o"),
     "als": ("tab:orange", "s"),
     "incremental_chunked": ("tab:cyan", "D"),
-    "incremental_c45063e": ("tab:gray", "^"),
+    "incremental_older_step": ("tab:gray", "^"),
     "incremental_superseded": ("tab:brown", "v"),
 }
 """Colour and marker of each solver series, the same in every latency and
@@ -76,6 +76,21 @@ def _solver_order(solver: str) -> tuple[int, str]:
     return (order.index(solver) if solver in order else len(order), solver)
 
 
+def _finish(
+    figure, axis, payload, name: str, sizes: str, path: str | Path, series: Series
+) -> Path:
+    """Grid, legend and the title ``name (sizes; the run's note)`` of a benchmark
+    figure (with the series' note, :meth:`Series.title`), then saves it."""
+    axis.grid(alpha=0.3, which="both")
+    axis.legend(fontsize=8)
+    note = load_note(payload.get("meta", payload))
+    axis.set_title(
+        wrap_title(series.title(f"{name} ({sizes}; {note})"), 70), fontsize=10
+    )
+    figure.tight_layout()
+    return save_figure(figure, path)
+
+
 def latency_figure(
     payload: Mapping[str, Any], path: str | Path, series: Series | None = None
 ) -> Path:
@@ -111,17 +126,9 @@ def latency_figure(
     axis.set_yscale("log")
     axis.set_xlabel("history: queries already stored (t, log scale)")
     axis.set_ylabel("one online step (select + observe), ms (log scale)")
-    axis.grid(alpha=0.3, which="both")
-    axis.legend(fontsize=8)
-    note = load_note(payload.get("meta", payload))
-    axis.set_title(
-        wrap_title(
-            series.title(f"Latency vs history (M=1,000, N=200, r=8; {note})"), 70
-        ),
-        fontsize=10,
+    return _finish(
+        figure, axis, payload, "Latency vs history", "M=1,000, N=200, r=8", path, series
     )
-    figure.tight_layout()
-    return save_figure(figure, path)
 
 
 def throughput_figure(
@@ -161,18 +168,15 @@ def throughput_figure(
     axis.xaxis.set_minor_locator(pyplot().NullLocator())
     axis.set_xlabel("streams S (vmapped in one run_batch call; log scale)")
     axis.set_ylabel("stream-queries per second (median, compile excluded; log)")
-    axis.grid(alpha=0.3, which="both")
-    axis.legend(fontsize=8)
-    note = load_note(payload.get("meta", payload))
-    axis.set_title(
-        wrap_title(
-            series.title(f"Throughput vs streams (M=1,000, N=200, r=8, T=40; {note})"),
-            70,
-        ),
-        fontsize=10,
+    return _finish(
+        figure,
+        axis,
+        payload,
+        "Throughput vs streams",
+        "M=1,000, N=200, r=8, T=40",
+        path,
+        series,
     )
-    figure.tight_layout()
-    return save_figure(figure, path)
 
 
 def solver_quality_figure(

@@ -9,17 +9,17 @@ call has a coroutine twin (``aquery``, ``arerank``, ``aadd``, ...;
 :mod:`earm_jax.retriever.asynchronous`).
 """
 
+from earm_jax.retriever.config import Memory as Memory
+from earm_jax.retriever.config import Retrieved as Retrieved
+from earm_jax.retriever.config import RetrieverConfig as RetrieverConfig
+from earm_jax.retriever.config import Usage as Usage
 from earm_jax.retriever.maintenance import CheckReport as CheckReport
 from earm_jax.retriever.maintenance import check as check
 from earm_jax.retriever.maintenance import repair as repair
-from earm_jax.retriever.online import CorruptFolderError as CorruptFolderError
-from earm_jax.retriever.online import FolderLockedError as FolderLockedError
-from earm_jax.retriever.online import Memory as Memory
 from earm_jax.retriever.online import OnlineRetriever as OnlineRetriever
-from earm_jax.retriever.online import Retrieved as Retrieved
-from earm_jax.retriever.online import RetrieverConfig as RetrieverConfig
-from earm_jax.retriever.online import Usage as Usage
 from earm_jax.retriever.tenants import TenantRetrievers as TenantRetrievers
+from earm_jax.store.journal import CorruptFolderError as CorruptFolderError
+from earm_jax.store.lock import FolderLockedError as FolderLockedError
 
 __all__ = [
     "CheckReport",

@@ -52,7 +52,7 @@ import numpy as np
 from earm_jax.base import Query
 from earm_jax.retriever.config import Memory, MemoryId, Retrieved, Usage
 from earm_jax.retriever.paying import checked_answers
-from earm_jax.retriever.validation import check_k, check_text, check_texts, check_where
+from earm_jax.retriever.validation import check_texts
 from earm_jax.scoring.base import PairScore
 
 _T = TypeVar("_T")
@@ -339,23 +339,6 @@ class AsyncRetrieving:
             self._leave_queue(turn)
 
     # ----------------------------------------------------------- public API
-
-    def _query_pool(self, vector: np.ndarray, where: Mapping | None) -> Query:
-        if not self._row_of:
-            raise ValueError("the retriever holds no memory yet: add() some first")
-        pool = self._pool_from_vector(vector, where)
-        if not bool(np.asarray(pool.valid).any()):
-            raise ValueError(f"no memory matches where={dict(where or {})!r}")
-        return pool
-
-    def _checked_query(self, text, k, where):
-        self._check_open()
-        text = check_text(text, "text")
-        k = check_k(k, self.config.top_k)
-        where = check_where(where)
-        if not self._row_of:
-            raise ValueError("the retriever holds no memory yet: add() some first")
-        return text, k, where
 
     async def aquery(
         self, text: str, k: int | None = None, where: Mapping | None = None

@@ -107,6 +107,21 @@ class EarmReranker(BaseReranker):
         return self._ranked(answer, documents)
 
 
+def _request(memory: Any, query: str, user_id: str, pool: int) -> Any:
+    """Mem0's search for ``pool`` results of ``user_id``, with no score threshold:
+    a result dict (an awaitable of one from a ``mem0.AsyncMemory``)."""
+    return memory.search(query, filters={"user_id": user_id}, top_k=pool, threshold=0.0)
+
+
+def _documents(found: dict[str, Any], user_id: str) -> list[dict[str, Any]]:
+    """The result dicts of a Mem0 search, each carrying ``user_id`` (which
+    picks the tenant)."""
+    documents = found["results"]
+    for document in documents:
+        document.setdefault("user_id", user_id)
+    return documents
+
+
 def search(
     memory: Any,
     query: str,
@@ -124,12 +139,8 @@ def search(
       pool: how many Mem0 results to fetch (no score threshold).
       k: how many to return.
     """
-    found = memory.search(
-        query, filters={"user_id": user_id}, top_k=pool, threshold=0.0
-    )["results"]
-    for document in found:
-        document.setdefault("user_id", user_id)
-    return reranker.rerank(query, found, top_k=k)
+    found = _request(memory, query, user_id, pool)
+    return reranker.rerank(query, _documents(found, user_id), top_k=k)
 
 
 async def asearch(
@@ -143,15 +154,10 @@ async def asearch(
     """:func:`search`, awaited: ``memory`` is a ``mem0.AsyncMemory`` (or a
     ``mem0.Memory``, whose search then runs on the event loop), the reranking
     is :meth:`EarmReranker.arerank`."""
-    found = memory.search(
-        query, filters={"user_id": user_id}, top_k=pool, threshold=0.0
-    )
+    found = _request(memory, query, user_id, pool)
     if inspect.isawaitable(found):
         found = await found
-    found = found["results"]
-    for document in found:
-        document.setdefault("user_id", user_id)
-    return await reranker.arerank(query, found, top_k=k)
+    return await reranker.arerank(query, _documents(found, user_id), top_k=k)
 
 
 __all__ = ["EarmReranker", "asearch", "search"]

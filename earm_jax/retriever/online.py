@@ -62,18 +62,8 @@ import numpy as np
 from earm_jax.base import NOT_INSERTED, Observation, Query
 from earm_jax.retriever.asynchronous import AsyncRetrieving
 from earm_jax.retriever.candidates import CandidatePools
-from earm_jax.retriever.compiled import (
-    build_policy,
-    functions_for,
-)
-from earm_jax.retriever.config import (
-    Memory,
-    MemoryId,
-    Retrieved,
-    RetrieverConfig,
-    Usage,
-    is_int,
-)
+from earm_jax.retriever.compiled import functions_for
+from earm_jax.retriever.config import MemoryId, Retrieved, RetrieverConfig, is_int
 from earm_jax.retriever.growth import Growth
 from earm_jax.retriever.paying import Paying, failure_kind
 from earm_jax.retriever.recovery import Recovery
@@ -94,7 +84,7 @@ from earm_jax.store.journal import (
     Journal,
     lost_journal,
 )
-from earm_jax.store.lock import FolderLock, FolderLockedError
+from earm_jax.store.lock import FolderLock
 
 
 class OnlineRetriever(
@@ -307,6 +297,26 @@ class OnlineRetriever(
             rounds=1 if adaptive is None else adaptive[2],
         )
 
+    def _checked_query(self, text, k, where):
+        """:meth:`query`'s arguments checked (and the retriever not empty)."""
+        self._check_open()
+        text = check_text(text, "text")
+        k = check_k(k, self.config.top_k)
+        where = check_where(where)
+        if not self._row_of:
+            raise ValueError("the retriever holds no memory yet: add() some first")
+        return text, k, where
+
+    def _query_pool(self, vector: np.ndarray, where: Mapping | None) -> Query:
+        """The candidate pool of a query embedding: its most similar memories
+        among those matching ``where`` (a one-line error if there is none)."""
+        if not self._row_of:
+            raise ValueError("the retriever holds no memory yet: add() some first")
+        pool = self._pool_from_vector(vector, where)
+        if not bool(np.asarray(pool.valid).any()):
+            raise ValueError(f"no memory matches where={dict(where or {})!r}")
+        return pool
+
     @serialized
     def query(
         self, text: str, k: int | None = None, where: Mapping | None = None
@@ -321,17 +331,9 @@ class OnlineRetriever(
             ``None`` only a stored ``null``, never a missing key; see
             :mod:`earm_jax.retriever.validation`).
         """
-        self._check_open()
-        text = check_text(text, "text")
-        k = check_k(k, self.config.top_k)
-        where = check_where(where)
-        if not self._row_of:
-            raise ValueError("the retriever holds no memory yet: add() some first")
+        text, k, where = self._checked_query(text, k, where)
         vector = self._embed([text], "query")[0]
-        query = self._pool_from_vector(vector, where)
-        if not bool(np.asarray(query.valid).any()):
-            raise ValueError(f"no memory matches where={dict(where or {})!r}")
-        return self._answer(text, query, k)
+        return self._answer(text, self._query_pool(vector, where), k)
 
     def _answer(
         self, text: str, query: Query, k: int, known=None, prepaid: int = 0
@@ -494,14 +496,4 @@ class OnlineRetriever(
         self.close()
 
 
-__all__ = [
-    "CorruptFolderError",
-    "FolderLockedError",
-    "Memory",
-    "OnlineRetriever",
-    "Retrieved",
-    "RetrieverConfig",
-    "TextEmbedder",
-    "Usage",
-    "build_policy",
-]
+__all__ = ["OnlineRetriever"]

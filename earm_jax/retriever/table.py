@@ -229,6 +229,17 @@ class MemoryTable:
         self._metadata[row] = json.loads(meta)
         self._last_seq = seq
 
+    def _live_ids(self, ids: Sequence[MemoryId]) -> list[MemoryId]:
+        """``ids`` checked: a list of well-formed ids of live memories
+        (``ValueError`` / ``KeyError`` naming what is wrong)."""
+        if isinstance(ids, str) or not isinstance(ids, Sequence):
+            raise ValueError("ids must be a list of ids")
+        ids = [check_id(mid, f"ids[{i}]") for i, mid in enumerate(ids)]
+        unknown = [mid for mid in ids if mid not in self._row_of]
+        if unknown:
+            raise KeyError(f"no live memory with id(s) {unknown!r}")
+        return ids
+
     @serialized
     def delete(self, ids: Sequence[MemoryId]) -> None:
         """Deletes memories: never a candidate, scored or returned again, and
@@ -245,12 +256,7 @@ class MemoryTable:
         candidate again) and name no text.
         """
         self._check_open()
-        if isinstance(ids, str) or not isinstance(ids, Sequence):
-            raise ValueError("ids must be a list of ids")
-        ids = [check_id(mid, f"ids[{i}]") for i, mid in enumerate(ids)]
-        unknown = [mid for mid in ids if mid not in self._row_of]
-        if unknown:
-            raise KeyError(f"no live memory with id(s) {unknown!r}")
+        ids = self._live_ids(ids)
         if not ids:
             return
         rows = sorted({self._row_of[mid] for mid in ids})
@@ -288,12 +294,7 @@ class MemoryTable:
     def get(self, ids: Sequence[MemoryId]) -> list[Memory]:
         """The live memories ``ids`` (``KeyError`` naming any unknown or deleted)."""
         self._check_open()
-        if isinstance(ids, str) or not isinstance(ids, Sequence):
-            raise ValueError("ids must be a list of ids")
-        ids = [check_id(mid, f"ids[{i}]") for i, mid in enumerate(ids)]
-        unknown = [mid for mid in ids if mid not in self._row_of]
-        if unknown:
-            raise KeyError(f"no live memory with id(s) {unknown!r}")
+        ids = self._live_ids(ids)
         return [
             Memory(mid, self._texts[r], dict(self._metadata[r]))
             for mid in ids

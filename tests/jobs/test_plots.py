@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import matplotlib
@@ -112,6 +113,18 @@ def test_latency_and_throughput_figures_colour_each_solver_alike(tmp_path, monke
         plt.close(drawn[-1])
     assert colours["incremental"] == {matplotlib.colors.to_rgb("tab:blue")}
     assert all(len(found) == 1 for found in colours.values()), colours
+
+
+def test_every_series_the_figure_list_draws_has_a_listed_style():
+    for spec in plots.read_figure_list(RESULTS):
+        if spec.kind not in ("latency", "throughput"):
+            continue
+        payload = json.loads((RESULTS / spec.source).read_text())
+        rows = payload[spec.kind]["rows"]
+        drawn = {spec.series().name(row["solver"]) for row in rows}
+        assert drawn <= set(benchmark_plots.SOLVER_STYLES), (spec.figure, drawn)
+        # a series is named for what it is, not for a commit
+        assert not any(re.search("[0-9a-f]{7,}", name) for name in drawn), drawn
 
 
 def test_earm_plots_writes_titled_figures(tmp_path, capsys):

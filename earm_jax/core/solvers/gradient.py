@@ -92,6 +92,7 @@ def algorithm_with_optimizer(
         state: SolverState,
         config: SolverConfig,
     ) -> tuple[Parameters, GradientExtras]:
+        """``num_steps`` steps of ``optimizer_of(config)`` (:func:`refit_with`)."""
         return refit_with(optimizer_of(config), params, extras, state, config)
 
     def extras_from_history(state: SolverState, config: SolverConfig) -> GradientExtras:
@@ -110,16 +111,9 @@ def algorithm_with_optimizer(
 
 ALGORITHM = algorithm_with_optimizer(adam_at_config_rate)
 
-
-def refit(
-    params: Parameters,
-    extras: GradientExtras,
-    state: SolverState,
-    config: SolverConfig,
-) -> tuple[Parameters, GradientExtras]:
-    """``num_steps`` Adam steps at ``config.learning_rate`` (the registered
-    algorithm's ``refit``)."""
-    return ALGORITHM.refit(params, extras, state, config)
+refit = ALGORITHM.refit
+"""The registered algorithm's ``refit``: ``num_steps`` Adam steps at
+``config.learning_rate``."""
 
 
 __all__ = [
