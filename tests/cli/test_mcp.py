@@ -48,12 +48,23 @@ def locomo_turns(locomo_path):
     return turns, questions
 
 
-def _env() -> dict[str, str]:
+@pytest.fixture(scope="module")
+def compilation_cache(tmp_path_factory) -> Path:
+    """One persistent JAX compilation cache for this module's servers: every
+    server start and restart compiles the same programs, once."""
+    return tmp_path_factory.mktemp("jax-cache")
+
+
+def _env(compilation_cache: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(REPO), *filter(None, [env.get("PYTHONPATH")])]
     )
     env.update(HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
+    env.update(
+        JAX_COMPILATION_CACHE_DIR=str(compilation_cache),
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+    )
     return env
 
 
@@ -163,11 +174,15 @@ async def _second_session(client_of, acknowledged, questions) -> None:
         assert stats["queries"] >= acknowledged["recalls"] + 1
 
 
-def test_stdio_server_survives_sigkill(tmp_path, scorer_model, locomo_turns):
+def test_stdio_server_survives_sigkill(
+    tmp_path, scorer_model, locomo_turns, compilation_cache
+):
     turns, questions = locomo_turns
     folder = tmp_path / "memory"
     command = _command(folder, scorer_model)
-    params = StdioServerParameters(command=command[0], args=command[1:], env=_env())
+    params = StdioServerParameters(
+        command=command[0], args=command[1:], env=_env(compilation_cache)
+    )
 
     def client_of():
         return Client(params, read_timeout_seconds=TIMEOUT_S)
@@ -190,13 +205,15 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _start_http(folder: Path, model: Path) -> tuple[subprocess.Popen, str]:
+def _start_http(
+    folder: Path, model: Path, compilation_cache: Path
+) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     log = folder.parent / f"server-{port}.log"
     with open(log, "wb") as sink:
         process = subprocess.Popen(
             _command(folder, model, "--http", f"127.0.0.1:{port}"),
-            env=_env(),
+            env=_env(compilation_cache),
             stdout=subprocess.DEVNULL,
             stderr=sink,
         )
@@ -214,10 +231,12 @@ def _start_http(folder: Path, model: Path) -> tuple[subprocess.Popen, str]:
     raise AssertionError("the HTTP server did not start")
 
 
-def test_streamable_http_server_survives_sigkill(tmp_path, scorer_model, locomo_turns):
+def test_streamable_http_server_survives_sigkill(
+    tmp_path, scorer_model, locomo_turns, compilation_cache
+):
     turns, questions = locomo_turns
     folder = tmp_path / "memory"
-    process, url = _start_http(folder, scorer_model)
+    process, url = _start_http(folder, scorer_model, compilation_cache)
     try:
         acknowledged = asyncio.run(
             _first_session(
@@ -233,7 +252,7 @@ def test_streamable_http_server_survives_sigkill(tmp_path, scorer_model, locomo_
         process.kill()
         process.wait()
     assert len(acknowledged["ids"]) == 49
-    process, url = _start_http(folder, scorer_model)
+    process, url = _start_http(folder, scorer_model, compilation_cache)
     try:
         asyncio.run(
             _second_session(
@@ -256,7 +275,9 @@ def test_scorer_flags_are_checked(tmp_path):
     assert run(["mcp", str(tmp_path), "--http", "nonsense"]) == 2
 
 
-def test_mcp_agent_example_answers_over_mcp(tmp_path, scorer_model, locomo_path):
+def test_mcp_agent_example_answers_over_mcp(
+    tmp_path, scorer_model, locomo_path, compilation_cache
+):
     example = REPO / "examples" / "mcp_agent.py"
     run = subprocess.run(
         [
@@ -273,7 +294,7 @@ def test_mcp_agent_example_answers_over_mcp(tmp_path, scorer_model, locomo_path)
             "--folder",
             str(tmp_path / "memory"),
         ],
-        env=_env(),
+        env=_env(compilation_cache),
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,

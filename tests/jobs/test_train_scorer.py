@@ -73,7 +73,9 @@ def test_bad_jobs_name_the_field(tmp_path, locomo_path):
 
 
 def _two_fold_job(locomo_path, embedding_cache_dir, tmp_path) -> TrainScorerJob:
-    """Two one-step folds on a slice of 26 and 30, written to ``tmp_path/scorer``."""
+    """Two one-step folds on a slice of 26 and 30, written to ``tmp_path/scorer``,
+    with 40-candidate pools (the tests stop and resume builds; scoring 200
+    candidates a question through the model would only make them slower)."""
     from earm_jax.scoring.cross_encoder_training import TrainingSettings
 
     return TrainScorerJob(
@@ -81,6 +83,7 @@ def _two_fold_job(locomo_path, embedding_cache_dir, tmp_path) -> TrainScorerJob:
         out=str(tmp_path / "scorer"),
         conversations=("26", "30"),
         limit=4,
+        pool_size=40,
         folds=2,
         validation_fraction=0.5,
         training=TrainingSettings(

@@ -41,12 +41,16 @@ def _mem0(folder: Path):
 
 
 def _earm_on_path(folder: Path, monkeypatch) -> None:
-    """``earm`` = this checkout's command line, first on PATH."""
+    """``earm`` = this checkout's command line, first on PATH. The page starts
+    three MCP servers; they share a persistent compilation cache, so the later
+    ones load the programs the first compiled."""
     bin_dir = folder / "bin"
     bin_dir.mkdir()
     shim = bin_dir / "earm"
     shim.write_text(
         f"#!/bin/sh\nPYTHONPATH={REPO} HF_HUB_OFFLINE=1 JAX_PLATFORMS=cpu "
+        f"JAX_COMPILATION_CACHE_DIR={folder / 'jax-cache'} "
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 "
         f'exec {sys.executable} -m earm_jax.cli.main "$@"\n'
     )
     shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
