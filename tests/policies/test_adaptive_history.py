@@ -83,13 +83,16 @@ def test_the_order_model_is_the_ridge_fit_of_the_posterior_on_the_features():
             policy, _solver(), jax.random.key(0), q, s, t
         )
     )(queries, scores, insert_time)
-    # Replay the features each query saw: the solver's biases before it.
+    # Replay the features each query saw: the solver's biases before it (its
+    # step jitted once, as inside the run, instead of dispatched op by op).
     solver = _solver()
     state = solver.init(jax.random.key(0), insert_time)
+    observe = jax.jit(solver.observe)
+    usable_candidates = jax.jit(ej.core.online.usable_candidates)
     gram, rhs = np.zeros((3, 3)), np.zeros(3)
     for t in range(QUERIES):
         query = jax.tree.map(lambda leaf, t=t: leaf[t], queries)
-        usable = np.asarray(ej.core.online.usable_candidates(state, query))
+        usable = np.asarray(usable_candidates(state, query))
         bias = np.asarray(state.memory_bias)[np.asarray(query.candidates)]
         x = np.stack(
             [
@@ -103,9 +106,7 @@ def test_the_order_model_is_the_ridge_fit_of_the_posterior_on_the_features():
         q = np.asarray(info.posterior[t], np.float64)
         gram += x[scored].T @ x[scored]
         rhs += x[scored].T @ q[scored]
-        state, _ = solver.observe(
-            state, query, ej.Observation(scores[t], info.anchors[t])
-        )
+        state, _ = observe(state, query, ej.Observation(scores[t], info.anchors[t]))
     np.testing.assert_allclose(
         np.asarray(ledger.order_gram), gram, rtol=1e-4, atol=1e-3
     )
