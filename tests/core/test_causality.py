@@ -13,13 +13,18 @@ from planted import config_for, perturb_future, planted_stream
 import earm_jax as ej
 
 
+@functools.cache
+def _jitted_run(config: ej.SolverConfig):
+    """One compiled ``run`` per solver config: the seeds share their shapes."""
+    solver = ej.online_solver(config, ej.paper_policy(pool_size=config.pool_size))
+    return jax.jit(functools.partial(ej.run, solver))
+
+
 @pytest.mark.parametrize("solver_name", ["als", "gradient"])
 @pytest.mark.parametrize("seed,cut", [(0, 4), (1, 13), (2, 22)])
 def test_future_queries_never_change_the_past(solver_name, seed, cut):
     stream, _ = planted_stream(seed, num_queries=26, noise=0.05)
-    config = config_for(stream, solver=solver_name, num_steps=5)
-    solver = ej.online_solver(config, ej.paper_policy(pool_size=config.pool_size))
-    run = jax.jit(functools.partial(ej.run, solver))
+    run = _jitted_run(config_for(stream, solver=solver_name, num_steps=5))
     _, infos = run(jax.random.key(seed), stream)
     _, perturbed = run(jax.random.key(seed), perturb_future(stream, cut, seed + 100))
     for field in infos._fields:

@@ -32,9 +32,15 @@ def _setup(seed=0, solver="als", **stream_kwargs):
     stream, truth = planted_stream(
         seed, num_queries=24, noise=0.05, insert_spread=True, **stream_kwargs
     )
-    config = config_for(stream, solver=solver)
+    return _solver(config_for(stream, solver=solver)), stream, truth
+
+
+@functools.cache
+def _solver(config):
+    """One solver per config, so that streams of the same shapes (other seeds)
+    share its compiled functions (``_jitted`` is keyed by the solver)."""
     policy = ej.paper_policy(pool_size=config.pool_size, block_size=4)
-    return ej.online_solver(config, policy), stream, truth
+    return ej.online_solver(config, policy)
 
 
 @functools.lru_cache(maxsize=8)
