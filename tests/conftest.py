@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
 import sys
 from pathlib import Path
 
 import jax
 import pytest
+from filelock import FileLock
 
 # Strict settings, as equinox's tests: broadcasting between arrays of different
 # ranks must be written out (an implicit rank promotion raises).
@@ -51,10 +53,35 @@ def _bounded_executable_mappings():
 def pytest_collection_modifyitems(config, items):
     """The durable retriever's tests (kill -9 runs, the agent loop, adapters:
     5-8 min together) are the slow tier as a whole folder, so that
-    ``-m "not slow"`` stays the fast tier."""
+    ``-m "not slow"`` stays the fast tier. Under pytest-xdist
+    (``--dist loadgroup``) the real-server tests share one worker, so the
+    vLLM servers they share start once per run, not once per worker."""
     for item in items:
         if Path(str(item.path)).parent.name == "retriever":
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("vllm") is not None:
+            item.add_marker(pytest.mark.xdist_group("vllm-servers"))
+
+
+def shared_tmp_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A folder every pytest-xdist worker of this run sees (the workers'
+    base folders sit side by side in one run folder); the session's own
+    base folder when the tests run in one process."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder = root / name
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def build_once(folder: Path, build) -> None:
+    """Runs ``build(folder)`` in the first process that gets here; the other
+    xdist workers wait on the lock and reuse what it wrote."""
+    done = folder / "built"
+    with FileLock(str(folder) + ".lock"):
+        if not done.exists():
+            build(folder)
+            done.write_text("ok")
 
 
 @pytest.fixture(scope="session")
@@ -75,9 +102,14 @@ def locomo_path() -> Path:
 
 @pytest.fixture(scope="session")
 def embedding_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One embedding cache for the whole session: each text is embedded once."""
+    """One embedding cache for the whole run, shared by the xdist workers
+    (SQLite takes concurrent writers): each text is embedded once."""
     configured = os.environ.get("EARM_CACHE_DIR")
-    return Path(configured) if configured else tmp_path_factory.mktemp("embeddings")
+    return (
+        Path(configured)
+        if configured
+        else shared_tmp_dir(tmp_path_factory, "embeddings")
+    )
 
 
 @pytest.fixture(scope="session")
@@ -99,17 +131,23 @@ def trained_scorer(locomo_path: Path, embedding_cache_dir: Path, tmp_path_factor
     from earm_jax.jobs.train_scorer import TrainScorerJob, run_train_scorer
     from earm_jax.scoring.cross_encoder_training import TrainingSettings
 
-    root = tmp_path_factory.mktemp("trained-scorer")
-    job = TrainScorerJob(
-        data=str(locomo_path),
-        out=str(root / "scorer"),
-        conversations=("26", "30"),
-        limit=4,
-        folds=2,
-        validation_fraction=0.5,
-        training=TrainingSettings(max_steps=2, group_size=6, groups_per_step=2),
-        cache_dir=str(embedding_cache_dir),
-        score_cache=str(root / "scores.sqlite"),
-    )
-    manifest = run_train_scorer(job)
+    def train(root: Path) -> None:
+        run_train_scorer(
+            TrainScorerJob(
+                data=str(locomo_path),
+                out=str(root / "scorer"),
+                conversations=("26", "30"),
+                limit=4,
+                folds=2,
+                validation_fraction=0.5,
+                training=TrainingSettings(max_steps=2, group_size=6, groups_per_step=2),
+                cache_dir=str(embedding_cache_dir),
+                score_cache=str(root / "scores.sqlite"),
+            )
+        )
+
+    # Trained once per run: the tests only read the folder and the score cache.
+    root = shared_tmp_dir(tmp_path_factory, "trained-scorer")
+    build_once(root, train)
+    manifest = json.loads((root / "scorer" / "manifest.json").read_text())
     return root / "scorer", root / "scores.sqlite", manifest

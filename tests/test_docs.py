@@ -39,6 +39,7 @@ def test_readme_fits_two_screens_and_keeps_the_two_commands_first():
     assert first[0].endswith(".venv/bin/earm simulate")
     test_command = (
         "bash .ci/install_vllm.sh && EARM_REQUIRE_VLLM=1 .venv/bin/python -m pytest"
+        " -n 2 --dist loadgroup"
     )
     assert first[1] == test_command
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()

@@ -19,6 +19,8 @@ import random
 import sys
 from pathlib import Path
 
+from filelock import FileLock
+
 BUILDER_VERSION = "tiny-v2"
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -150,10 +152,13 @@ def build_all(root: Path) -> dict[str, Path]:
     folder = root / BUILDER_VERSION
     marker = folder / "built.json"
     paths = {"llm": folder / "llm", "cross_encoder": folder / "cross_encoder"}
-    if not marker.exists():
-        build_causal_lm(paths["llm"])
-        build_cross_encoder(paths["cross_encoder"])
-        marker.write_text(json.dumps({"builder": BUILDER_VERSION}))
+    folder.mkdir(parents=True, exist_ok=True)
+    # pytest-xdist workers (and concurrent runs) build it once between them.
+    with FileLock(str(folder) + ".lock"):
+        if not marker.exists():
+            build_causal_lm(paths["llm"])
+            build_cross_encoder(paths["cross_encoder"])
+            marker.write_text(json.dumps({"builder": BUILDER_VERSION}))
     return paths
 
 
