@@ -15,12 +15,19 @@ from earm_jax.cli.options import (
     CacheDir,
     CallBudget,
     Conversations,
+    Expand,
+    ExpandMinScore,
+    HighFraction,
+    JsonPath,
     Limit,
     LocomoData,
     NumSweeps,
+    Plot,
+    PoolSize,
     Preset,
     Quiet,
     Resamples,
+    ScorerMode,
     Solver,
     comma_names,
 )
@@ -123,8 +130,8 @@ def locomo(
     ] = "0",
     solver: Solver = DEFAULTS.solver,
     num_sweeps: NumSweeps = DEFAULTS.num_sweeps,
-    high_fraction: Annotated[float, typer.Option(help="Anchor stratum size.")] = 0.1,
-    pool_size: Annotated[int, typer.Option(help="Candidates per query (N).")] = 200,
+    high_fraction: HighFraction = 0.1,
+    pool_size: PoolSize = 200,
     model: Annotated[
         Path | None, typer.Option(help="sentence-transformers folder (default MiniLM).")
     ] = None,
@@ -149,9 +156,7 @@ def locomo(
             "on (refused by default: their scores flatter it)."
         ),
     ] = False,
-    scorer_mode: Annotated[
-        str, typer.Option(help="yesno | rerank | chat | text.")
-    ] = "yesno",
+    scorer_mode: ScorerMode = "yesno",
     score_cache: Annotated[
         Path | None, typer.Option(help="SQLite score cache for --scorer vllm.")
     ] = None,
@@ -186,22 +191,8 @@ def locomo(
             "G x (similarity percentile in its pool)^2 before noise (0: off)."
         ),
     ] = 0.0,
-    expand: Annotated[
-        int,
-        typer.Option(
-            help="Search expansion (docs/design-notes.md): E slots per query for "
-            "memories "
-            "outside the pool with history, ranked by their completion; adds the "
-            "policy mixed_expand (0: off)."
-        ),
-    ] = 0,
-    expand_min_score: Annotated[
-        float,
-        typer.Option(
-            help="--expand: the completion an outside memory needs for a slot "
-            "(0: any; 0.5: predicted relevant)."
-        ),
-    ] = 0.0,
+    expand: Expand = 0,
+    expand_min_score: ExpandMinScore = 0.0,
     side_information: Annotated[
         bool,
         typer.Option(
@@ -211,10 +202,8 @@ def locomo(
             "online) in place of the low-rank term.",
         ),
     ] = False,
-    json_path: Annotated[
-        Path | None, typer.Option("--json", help="Write JSON here.")
-    ] = None,
-    plot: Annotated[Path | None, typer.Option(help="Write a PNG here.")] = None,
+    json_path: JsonPath = None,
+    plot: Plot = None,
     conversations: Conversations = "",
     limit: Limit = 0,
     quiet: Quiet = False,
