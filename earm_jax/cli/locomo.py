@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -33,28 +34,33 @@ from earm_jax.cli.options import (
 )
 from earm_jax.jobs.metadata import write_json
 
+Number = TypeVar("Number", int, float)
+
 DATA_ENV = "EARM_LOCOMO_DATA"
 """Where ``--data`` defaults to: locomo10.json or a folder of conversations."""
 
 
-def _floats(text: str, name: str) -> list[float]:
+def _numbers(
+    text: str, name: str, number: Callable[[str], Number], kind: str, example: str
+) -> tuple[Number, ...]:
+    """The comma list ``text`` of option ``name``, each part read by ``number``;
+    a one-line error (naming ``kind``, showing ``example``) on a part it cannot
+    read."""
     try:
-        return [float(part) for part in text.split(",") if part.strip()]
+        return tuple(number(part) for part in text.split(",") if part.strip())
     except ValueError as error:
         raise UserError(
-            f"{name} must be comma-separated numbers, got {text!r}",
-            f"e.g. {name} 0.1,0.3",
+            f"{name} must be comma-separated {kind}, got {text!r}",
+            f"e.g. {name} {example}",
         ) from error
 
 
-def _ints(text: str, name: str) -> list[int]:
-    try:
-        return [int(part) for part in text.split(",") if part.strip()]
-    except ValueError as error:
-        raise UserError(
-            f"{name} must be comma-separated integers, got {text!r}",
-            f"e.g. {name} 2,8",
-        ) from error
+def _floats(text: str, name: str) -> tuple[float, ...]:
+    return _numbers(text, name, float, "numbers", "0.1,0.3")
+
+
+def _ints(text: str, name: str) -> tuple[int, ...]:
+    return _numbers(text, name, int, "integers", "2,8")
 
 
 def resolve_data(data: Path | None) -> Path:
@@ -249,12 +255,12 @@ def locomo(
         data=str(data),
         settings=settings,
         scorer=scorer,
-        noises=tuple(_floats(noise, "--noise")),
+        noises=_floats(noise, "--noise"),
         false_positive_rate=false_positive_rate,
         false_negative_rate=false_negative_rate,
-        ks=tuple(_ints(top_k, "--top-k")),
-        ranks=tuple(_ints(rank, "--rank")),
-        seeds=tuple(_ints(seeds, "--seeds")),
+        ks=_ints(top_k, "--top-k"),
+        ranks=_ints(rank, "--rank"),
+        seeds=_ints(seeds, "--seeds"),
         solver=solver,
         num_sweeps=num_sweeps,
         high_fraction=high_fraction,
