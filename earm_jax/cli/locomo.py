@@ -301,20 +301,18 @@ def locomo(
             + f" — {run['num_queries']} questions ({run['num_scored_queries']} "
             "labelled)"
         )
-        console.print(output.results_table(run, metric_list, title))
-        console.print(output.contrasts_table(run, metric_list, "Paired contrasts"))
+        notes = []
         if run["call_saving"] is not None:
-            console.print(f"call saving of Mixed vs Full: {run['call_saving']:.1%}")
+            notes.append(f"call saving of Mixed vs Full: {run['call_saving']:.1%}")
         best = run["results"].get("best")
         if best is not None:
             full_calls = run["results"]["full"]["calls"]
-            console.print(
+            notes.append(
                 f"best: {best['calls']} calls ({best['calls'] / full_calls:.1%} of "
                 f"Full, cap {job.call_budget:.0%}), rounds per query mean "
                 f"{best['rounds']['mean']:.2f}, p95 {best['rounds']['p95']:.0f}"
             )
-        for line in output.expansion_lines(run):
-            console.print(line, markup=False)
+        output.print_summary(console, run, metric_list, title, notes)
         quality = run.get("scorer_quality")
         if quality is not None and quality.get("auc") is not None:
             k = job.ks[0]

@@ -171,23 +171,20 @@ def simulate(
     summary = simulation_report(settings, metrics, has_relevant)
     progress.step(f"CIs over queries and streams ({settings.num_resamples} resamples)")
     shown = output.shown_metrics(settings.ks)
-    console.print(
-        output.results_table(
-            summary,
-            shown,
-            f"Simulated streams: {settings.streams} x {settings.queries} queries, "
-            f"rank {settings.rank}",
-        )
-    )
-    console.print(output.contrasts_table(summary, shown, "Paired contrasts"))
     saving = summary["call_saving"]
-    console.print(
-        f"call saving of Mixed vs Full: {saving:.1%}; "
-        f"queries: {summary['num_queries']} ({summary['num_scored_queries']} with a "
-        f"relevant memory); run {timing['seconds']:.1f} s (compile included)"
+    output.print_summary(
+        console,
+        summary,
+        shown,
+        f"Simulated streams: {settings.streams} x {settings.queries} queries, "
+        f"rank {settings.rank}",
+        notes=[
+            f"call saving of Mixed vs Full: {saving:.1%}; "
+            f"queries: {summary['num_queries']} ({summary['num_scored_queries']} "
+            f"with a relevant memory); run {timing['seconds']:.1f} s (compile "
+            "included)"
+        ],
     )
-    for line in output.expansion_lines(summary):
-        console.print(line, markup=False)
     if settings.scorer_profile is not None:
         source = settings.scorer_profile.get("source", {})
         console.print(
