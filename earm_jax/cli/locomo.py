@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -15,39 +16,51 @@ from earm_jax.cli.options import (
     CacheDir,
     CallBudget,
     Conversations,
+    Expand,
+    ExpandMinScore,
+    HighFraction,
+    JsonPath,
     Limit,
     LocomoData,
     NumSweeps,
+    Plot,
+    PoolSize,
     Preset,
     Quiet,
     Resamples,
+    ScorerMode,
     Solver,
     comma_names,
 )
 from earm_jax.jobs.metadata import write_json
 
+Number = TypeVar("Number", int, float)
+
 DATA_ENV = "EARM_LOCOMO_DATA"
 """Where ``--data`` defaults to: locomo10.json or a folder of conversations."""
 
 
-def _floats(text: str, name: str) -> list[float]:
+def _numbers(
+    text: str, name: str, number: Callable[[str], Number], kind: str, example: str
+) -> tuple[Number, ...]:
+    """The comma list ``text`` of option ``name``, each part read by ``number``;
+    a one-line error (naming ``kind``, showing ``example``) on a part it cannot
+    read."""
     try:
-        return [float(part) for part in text.split(",") if part.strip()]
+        return tuple(number(part) for part in text.split(",") if part.strip())
     except ValueError as error:
         raise UserError(
-            f"{name} must be comma-separated numbers, got {text!r}",
-            f"e.g. {name} 0.1,0.3",
+            f"{name} must be comma-separated {kind}, got {text!r}",
+            f"e.g. {name} {example}",
         ) from error
 
 
-def _ints(text: str, name: str) -> list[int]:
-    try:
-        return [int(part) for part in text.split(",") if part.strip()]
-    except ValueError as error:
-        raise UserError(
-            f"{name} must be comma-separated integers, got {text!r}",
-            f"e.g. {name} 2,8",
-        ) from error
+def _floats(text: str, name: str) -> tuple[float, ...]:
+    return _numbers(text, name, float, "numbers", "0.1,0.3")
+
+
+def _ints(text: str, name: str) -> tuple[int, ...]:
+    return _numbers(text, name, int, "integers", "2,8")
 
 
 def resolve_data(data: Path | None) -> Path:
@@ -123,8 +136,8 @@ def locomo(
     ] = "0",
     solver: Solver = DEFAULTS.solver,
     num_sweeps: NumSweeps = DEFAULTS.num_sweeps,
-    high_fraction: Annotated[float, typer.Option(help="Anchor stratum size.")] = 0.1,
-    pool_size: Annotated[int, typer.Option(help="Candidates per query (N).")] = 200,
+    high_fraction: HighFraction = 0.1,
+    pool_size: PoolSize = 200,
     model: Annotated[
         Path | None, typer.Option(help="sentence-transformers folder (default MiniLM).")
     ] = None,
@@ -149,9 +162,7 @@ def locomo(
             "on (refused by default: their scores flatter it)."
         ),
     ] = False,
-    scorer_mode: Annotated[
-        str, typer.Option(help="yesno | rerank | chat | text.")
-    ] = "yesno",
+    scorer_mode: ScorerMode = "yesno",
     score_cache: Annotated[
         Path | None, typer.Option(help="SQLite score cache for --scorer vllm.")
     ] = None,
@@ -186,22 +197,8 @@ def locomo(
             "G x (similarity percentile in its pool)^2 before noise (0: off)."
         ),
     ] = 0.0,
-    expand: Annotated[
-        int,
-        typer.Option(
-            help="Search expansion (docs/design-notes.md): E slots per query for "
-            "memories "
-            "outside the pool with history, ranked by their completion; adds the "
-            "policy mixed_expand (0: off)."
-        ),
-    ] = 0,
-    expand_min_score: Annotated[
-        float,
-        typer.Option(
-            help="--expand: the completion an outside memory needs for a slot "
-            "(0: any; 0.5: predicted relevant)."
-        ),
-    ] = 0.0,
+    expand: Expand = 0,
+    expand_min_score: ExpandMinScore = 0.0,
     side_information: Annotated[
         bool,
         typer.Option(
@@ -211,10 +208,8 @@ def locomo(
             "online) in place of the low-rank term.",
         ),
     ] = False,
-    json_path: Annotated[
-        Path | None, typer.Option("--json", help="Write JSON here.")
-    ] = None,
-    plot: Annotated[Path | None, typer.Option(help="Write a PNG here.")] = None,
+    json_path: JsonPath = None,
+    plot: Plot = None,
     conversations: Conversations = "",
     limit: Limit = 0,
     quiet: Quiet = False,
@@ -260,12 +255,12 @@ def locomo(
         data=str(data),
         settings=settings,
         scorer=scorer,
-        noises=tuple(_floats(noise, "--noise")),
+        noises=_floats(noise, "--noise"),
         false_positive_rate=false_positive_rate,
         false_negative_rate=false_negative_rate,
-        ks=tuple(_ints(top_k, "--top-k")),
-        ranks=tuple(_ints(rank, "--rank")),
-        seeds=tuple(_ints(seeds, "--seeds")),
+        ks=_ints(top_k, "--top-k"),
+        ranks=_ints(rank, "--rank"),
+        seeds=_ints(seeds, "--seeds"),
         solver=solver,
         num_sweeps=num_sweeps,
         high_fraction=high_fraction,
@@ -306,20 +301,18 @@ def locomo(
             + f" — {run['num_queries']} questions ({run['num_scored_queries']} "
             "labelled)"
         )
-        console.print(output.results_table(run, metric_list, title))
-        console.print(output.contrasts_table(run, metric_list, "Paired contrasts"))
+        notes = []
         if run["call_saving"] is not None:
-            console.print(f"call saving of Mixed vs Full: {run['call_saving']:.1%}")
+            notes.append(f"call saving of Mixed vs Full: {run['call_saving']:.1%}")
         best = run["results"].get("best")
         if best is not None:
             full_calls = run["results"]["full"]["calls"]
-            console.print(
+            notes.append(
                 f"best: {best['calls']} calls ({best['calls'] / full_calls:.1%} of "
                 f"Full, cap {job.call_budget:.0%}), rounds per query mean "
                 f"{best['rounds']['mean']:.2f}, p95 {best['rounds']['p95']:.0f}"
             )
-        for line in output.expansion_lines(run):
-            console.print(line, markup=False)
+        output.print_summary(console, run, metric_list, title, notes)
         quality = run.get("scorer_quality")
         if quality is not None and quality.get("auc") is not None:
             k = job.ks[0]

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from earm_jax.cli.errors import UserError, user_errors
+from earm_jax.cli.options import ScorerMode
 
 _HOST_PORT = re.compile(r"(?P<host>[^:]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})")
 
@@ -74,9 +75,7 @@ def register(app: typer.Typer) -> None:
         scorer_name: Annotated[
             str | None, typer.Option(help="The model --scorer-url serves.")
         ] = None,
-        scorer_mode: Annotated[
-            str, typer.Option(help="vLLM scoring mode: yesno, rerank, chat, text.")
-        ] = "yesno",
+        scorer_mode: ScorerMode = "yesno",
         tenant: Annotated[
             str, typer.Option(help="Tenant of tool calls that name none.")
         ] = "default",

@@ -34,6 +34,29 @@ NumSweeps = Annotated[
 HighFraction = Annotated[
     float, typer.Option(help="High-similarity stratum of the anchor sampler.")
 ]
+PoolSize = Annotated[int, typer.Option(help="Candidates per query (N).")]
+Expand = Annotated[
+    int,
+    typer.Option(
+        help="Search expansion (docs/design-notes.md): E slots per query for "
+        "memories outside the pool with history, ranked by their completion; "
+        "adds the policy mixed_expand (0: off)."
+    ),
+]
+ExpandMinScore = Annotated[
+    float,
+    typer.Option(
+        help="--expand: the completion an outside memory needs for a slot "
+        "(0: any; 0.5: predicted relevant)."
+    ),
+]
+ScorerMode = Annotated[
+    str, typer.Option(help="vLLM scoring mode: yesno, rerank, chat, text.")
+]
+JsonPath = Annotated[
+    Path | None, typer.Option("--json", help="Write the results JSON here.")
+]
+Plot = Annotated[Path | None, typer.Option(help="Write a PNG figure here.")]
 
 LocomoData = Annotated[
     Path | None,
@@ -64,13 +87,19 @@ __all__ = [
     "CacheDir",
     "CallBudget",
     "Conversations",
+    "Expand",
+    "ExpandMinScore",
     "HighFraction",
+    "JsonPath",
     "Limit",
     "LocomoData",
     "NumSweeps",
+    "Plot",
+    "PoolSize",
     "Preset",
     "Quiet",
     "Resamples",
+    "ScorerMode",
     "Solver",
     "comma_names",
 ]

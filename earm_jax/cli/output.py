@@ -129,12 +129,31 @@ def expansion_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def print_summary(
+    out: Console,
+    summary: dict[str, Any],
+    metrics: list[str],
+    title: str,
+    notes: list[str],
+) -> None:
+    """Prints a run's results table, its paired contrasts, the ``notes`` lines
+    (rich markup) and its expansion lines (plain text): the report that
+    ``earm simulate`` and ``earm locomo`` share."""
+    out.print(results_table(summary, metrics, title))
+    out.print(contrasts_table(summary, metrics, "Paired contrasts"))
+    for note in notes:
+        out.print(note)
+    for line in expansion_lines(summary):
+        out.print(line, markup=False)
+
+
 __all__ = [
     "expansion_lines",
     "CI_NOTE",
     "TABLE_WIDTH",
     "console",
     "contrasts_table",
+    "print_summary",
     "results_table",
     "shown_metrics",
 ]

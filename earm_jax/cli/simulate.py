@@ -14,8 +14,13 @@ from earm_jax.cli.errors import UserError, user_errors
 from earm_jax.cli.options import (
     DEFAULTS,
     CallBudget,
+    Expand,
+    ExpandMinScore,
     HighFraction,
+    JsonPath,
     NumSweeps,
+    Plot,
+    PoolSize,
     Preset,
     Quiet,
     Resamples,
@@ -49,9 +54,7 @@ def simulate(
     memories: Annotated[
         int, typer.Option(help="Memories per stream.")
     ] = _SIMULATION.memories,
-    pool_size: Annotated[
-        int, typer.Option(help="Candidates per query (N).")
-    ] = _SIMULATION.pool_size,
+    pool_size: PoolSize = _SIMULATION.pool_size,
     rank: Annotated[
         int, typer.Option(help="Rank r of the completion (0 = bias only).")
     ] = DEFAULTS.rank,
@@ -84,17 +87,8 @@ def simulate(
     resamples: Resamples = _SIMULATION.num_resamples,
     preset: Preset = DEFAULTS.preset,
     call_budget: CallBudget = DEFAULTS.call_budget,
-    expand: Annotated[
-        int,
-        typer.Option(
-            help="Search expansion: E slots per query for memories outside the "
-            "pool with history; adds the policy mixed_expand (0: off)."
-        ),
-    ] = _SIMULATION.expand,
-    expand_min_score: Annotated[
-        float,
-        typer.Option(help="--expand: the completion an outside memory needs."),
-    ] = _SIMULATION.expand_min_score,
+    expand: Expand = _SIMULATION.expand,
+    expand_min_score: ExpandMinScore = _SIMULATION.expand_min_score,
     side_information: Annotated[
         int,
         typer.Option(
@@ -105,10 +99,8 @@ def simulate(
             "(0: off; e.g. 32).",
         ),
     ] = 0,
-    json_path: Annotated[
-        Path | None, typer.Option("--json", help="Write the results JSON here.")
-    ] = None,
-    plot: Annotated[Path | None, typer.Option(help="Write a PNG figure here.")] = None,
+    json_path: JsonPath = None,
+    plot: Plot = None,
     from_json: Annotated[
         Path | None,
         typer.Option(help="Rerun with the config recorded in an earlier JSON."),
@@ -179,23 +171,20 @@ def simulate(
     summary = simulation_report(settings, metrics, has_relevant)
     progress.step(f"CIs over queries and streams ({settings.num_resamples} resamples)")
     shown = output.shown_metrics(settings.ks)
-    console.print(
-        output.results_table(
-            summary,
-            shown,
-            f"Simulated streams: {settings.streams} x {settings.queries} queries, "
-            f"rank {settings.rank}",
-        )
-    )
-    console.print(output.contrasts_table(summary, shown, "Paired contrasts"))
     saving = summary["call_saving"]
-    console.print(
-        f"call saving of Mixed vs Full: {saving:.1%}; "
-        f"queries: {summary['num_queries']} ({summary['num_scored_queries']} with a "
-        f"relevant memory); run {timing['seconds']:.1f} s (compile included)"
+    output.print_summary(
+        console,
+        summary,
+        shown,
+        f"Simulated streams: {settings.streams} x {settings.queries} queries, "
+        f"rank {settings.rank}",
+        notes=[
+            f"call saving of Mixed vs Full: {saving:.1%}; "
+            f"queries: {summary['num_queries']} ({summary['num_scored_queries']} "
+            f"with a relevant memory); run {timing['seconds']:.1f} s (compile "
+            "included)"
+        ],
     )
-    for line in output.expansion_lines(summary):
-        console.print(line, markup=False)
     if settings.scorer_profile is not None:
         source = settings.scorer_profile.get("source", {})
         console.print(

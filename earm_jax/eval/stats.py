@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, TypedDict, Unpack
 
 import numpy as np
 import scipy.stats
@@ -58,6 +58,28 @@ class ConfidenceInterval(NamedTuple):
     standard_error: float
     num_queries: int
     num_units: int
+
+
+class BootstrapOptions(TypedDict, total=False):
+    """The keyword options every interval of this module takes.
+
+    Attributes:
+      where: ``bool[...]`` queries to use (broadcast to the values); default all.
+      clusters: labels broadcast to the values (e.g. ``np.arange(S)[:, None]``):
+        resample whole clusters instead of queries. Default: i.i.d. queries.
+      confidence: the interval's coverage (default 0.95).
+      num_resamples: bootstrap resamples (default 2000).
+      method: ``"percentile"`` (default), ``"basic"`` or ``"BCa"`` (i.i.d. only;
+        scipy's).
+      seed: NumPy seed (default 0); the same seed gives the same interval.
+    """
+
+    where: ArrayLike | None
+    clusters: ArrayLike | None
+    confidence: float
+    num_resamples: int
+    method: str
+    seed: int
 
 
 def _prepare(
@@ -102,12 +124,12 @@ def _bootstrap(
     statistic: Callable[[np.ndarray, np.ndarray], np.ndarray],
     arrays: tuple[ArrayLike, ...],
     *,
-    where: ArrayLike | None,
-    clusters: ArrayLike | None,
-    confidence: float,
-    num_resamples: int,
-    method: str,
-    seed: int,
+    where: ArrayLike | None = None,
+    clusters: ArrayLike | None = None,
+    confidence: float = 0.95,
+    num_resamples: int = 2000,
+    method: str = "percentile",
+    seed: int = 0,
 ) -> ConfidenceInterval:
     """Bootstraps ``statistic(sums[..., P], counts[...])`` of the column sums of
     the paired ``arrays`` (selected and clustered as :func:`_prepare` does).
@@ -199,25 +221,14 @@ def _ratio(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 def mean_ci(
     values: ArrayLike,
-    *,
-    where: ArrayLike | None = None,
-    clusters: ArrayLike | None = None,
-    confidence: float = 0.95,
-    num_resamples: int = 2000,
-    method: str = "percentile",
-    seed: int = 0,
+    **options: Unpack[BootstrapOptions],
 ) -> ConfidenceInterval:
     """Bootstrap CI for the mean of a per-query metric.
 
     Args:
       values: ``float[...]`` one value per query (e.g. ``[S, T]`` Recall@10).
-      where: ``bool[...]`` queries to use (broadcast to ``values``); ``None`` = all.
-      clusters: labels broadcast to ``values`` (e.g. ``np.arange(S)[:, None]``):
-        resample whole clusters instead of queries. ``None`` = i.i.d. queries.
-      confidence: the interval's coverage.
-      num_resamples: bootstrap resamples.
-      method: ``"percentile"``, ``"basic"`` or ``"BCa"`` (i.i.d. only; scipy's).
-      seed: NumPy seed; the same seed gives the same interval.
+      **options: ``where``, ``clusters``, ``confidence``, ``num_resamples``,
+        ``method``, ``seed`` (:class:`BootstrapOptions`).
 
     Returns:
       :class:`ConfidenceInterval`.
@@ -225,28 +236,13 @@ def mean_ci(
     Raises:
       ValueError: no query selected, non-finite selected values, bad arguments.
     """
-    return _bootstrap(
-        _mean,
-        (values,),
-        where=where,
-        clusters=clusters,
-        confidence=confidence,
-        num_resamples=num_resamples,
-        method=method,
-        seed=seed,
-    )
+    return _bootstrap(_mean, (values,), **options)
 
 
 def contrast_ci(
     treatment: ArrayLike,
     baseline: ArrayLike,
-    *,
-    where: ArrayLike | None = None,
-    clusters: ArrayLike | None = None,
-    confidence: float = 0.95,
-    num_resamples: int = 2000,
-    method: str = "percentile",
-    seed: int = 0,
+    **options: Unpack[BootstrapOptions],
 ) -> ConfidenceInterval:
     """Paired bootstrap CI for ``mean(treatment) - mean(baseline)``.
 
@@ -256,12 +252,7 @@ def contrast_ci(
     Args:
       treatment: ``float[...]`` per-query metric of one policy.
       baseline: ``float[...]`` the same metric of the other policy.
-      where: ``bool[...]`` queries to use; ``None`` = all.
-      clusters: labels broadcast to the values; ``None`` = i.i.d. queries.
-      confidence: the interval's coverage.
-      num_resamples: bootstrap resamples.
-      method: ``"percentile"``, ``"basic"`` or ``"BCa"`` (i.i.d. only).
-      seed: NumPy seed.
+      **options: as for :func:`mean_ci` (:class:`BootstrapOptions`).
 
     Returns:
       :class:`ConfidenceInterval` of the mean difference.
@@ -274,28 +265,14 @@ def contrast_ci(
             f"paired inputs must share a shape: {np.shape(treatment)} vs "
             f"{np.shape(baseline)}"
         )
-    return mean_ci(
-        difference,
-        where=where,
-        clusters=clusters,
-        confidence=confidence,
-        num_resamples=num_resamples,
-        method=method,
-        seed=seed,
-    )
+    return mean_ci(difference, **options)
 
 
 def gain_recovery(
     semantic: ArrayLike,
     mixed: ArrayLike,
     full: ArrayLike,
-    *,
-    where: ArrayLike | None = None,
-    clusters: ArrayLike | None = None,
-    confidence: float = 0.95,
-    num_resamples: int = 2000,
-    method: str = "percentile",
-    seed: int = 0,
+    **options: Unpack[BootstrapOptions],
 ) -> ConfidenceInterval:
     r"""Share of Full's gain over Semantic that a policy recovers, with a CI.
 
@@ -312,34 +289,18 @@ def gain_recovery(
       semantic: ``float[...]`` per-query metric of the Semantic policy.
       mixed: ``float[...]`` the same metric of the policy under study.
       full: ``float[...]`` the same metric of Full reranking.
-      where, clusters, confidence, num_resamples, method, seed: as for
-        :func:`mean_ci`.
+      **options: as for :func:`mean_ci` (:class:`BootstrapOptions`).
 
     Returns:
       :class:`ConfidenceInterval` of the recovery ratio.
     """
-    return _bootstrap(
-        _recovery,
-        (semantic, mixed, full),
-        where=where,
-        clusters=clusters,
-        confidence=confidence,
-        num_resamples=num_resamples,
-        method=method,
-        seed=seed,
-    )
+    return _bootstrap(_recovery, (semantic, mixed, full), **options)
 
 
 def ratio_ci(
     numerator: ArrayLike,
     denominator: ArrayLike,
-    *,
-    where: ArrayLike | None = None,
-    clusters: ArrayLike | None = None,
-    confidence: float = 0.95,
-    num_resamples: int = 2000,
-    method: str = "percentile",
-    seed: int = 0,
+    **options: Unpack[BootstrapOptions],
 ) -> ConfidenceInterval:
     r"""Bootstrap CI for a ratio of sums, :math:`\sum num / \sum den` (e.g. a
     micro-averaged precision: relevant items over items, summed over queries).
@@ -352,19 +313,11 @@ def ratio_ci(
     >>> round(ci.estimate, 2)
     0.75
     """
-    return _bootstrap(
-        _ratio,
-        (numerator, denominator),
-        where=where,
-        clusters=clusters,
-        confidence=confidence,
-        num_resamples=num_resamples,
-        method=method,
-        seed=seed,
-    )
+    return _bootstrap(_ratio, (numerator, denominator), **options)
 
 
 __all__ = [
+    "BootstrapOptions",
     "ConfidenceInterval",
     "contrast_ci",
     "gain_recovery",

@@ -76,3 +76,15 @@ def test_contrasts_table_labels_new_policies_after_the_known_ones():
     assert body.index("Mixed (EARM) − Semantic") < body.index("best − Mixed (EARM)")
     assert all(len(line) <= output.TABLE_WIDTH for line in lines)
     assert not any("…" in line for line in lines)
+
+
+def test_print_summary_prints_tables_then_notes_then_expansion_lines():
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=output.TABLE_WIDTH, no_color=True)
+    summary = _summary(STORED)
+    output.print_summary(console, summary, METRICS, "the title", ["a [b]bold[/b] note"])
+    text = buffer.getvalue()
+    tables = _render(output.results_table(summary, METRICS, "the title"))
+    tables += _render(output.contrasts_table(summary, METRICS, "Paired contrasts"))
+    # The notes take rich markup ("[b]" is bold); without expansion, no more lines.
+    assert text.splitlines() == [*tables, "a bold note"]
