@@ -15,6 +15,9 @@ import pytest
 
 import earm_jax
 
+# Compiles for tens of seconds: the full run has it, the fast tier does not.
+pytestmark = pytest.mark.slow
+
 
 def _modules_with_examples() -> list[str]:
     found = []

@@ -5,6 +5,11 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
+# Compiles for tens of seconds: the full run has it, the fast tier does not.
+pytestmark = pytest.mark.slow
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "embedding_loop.py"
 
 

@@ -14,6 +14,9 @@ from earm_jax.cli import locomo as locomo_command
 from earm_jax.cli import simulate as simulate_command
 from earm_jax.eval.compare import POLICIES
 
+# Compiles for tens of seconds: the full run has it, the fast tier does not.
+pytestmark = pytest.mark.slow
+
 SMALL = [
     "--streams",
     "2",

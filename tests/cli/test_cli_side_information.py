@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
 from earm_jax.cli import simulate as simulate_command
 from earm_jax.cli.errors import UserError
 from earm_jax.eval.compare import POLICIES
+
+# Compiles for tens of seconds: the full run has it, the fast tier does not.
+pytestmark = pytest.mark.slow
 
 SMALL = [
     "--streams",

@@ -20,6 +20,9 @@ import earm_jax as ej
 from earm_jax.core.model import effective_memory_factors, parameters
 from earm_jax.core.online import usable_candidates
 
+# Compiles for tens of seconds: the full run has it, the fast tier does not.
+pytestmark = pytest.mark.slow
+
 NUM_QUERIES = 14
 
 # Few sweeps/steps: the contract does not depend on how far a refit goes. The

@@ -12,6 +12,9 @@ from planted import config_for, planted_stream, stack_streams
 
 import earm_jax as ej
 
+# Compiles for tens of seconds: the full run has it, the fast tier does not.
+pytestmark = pytest.mark.slow
+
 
 def test_run_batch_equals_loop_of_run():
     streams = [planted_stream(seed, num_queries=20, noise=0.05)[0] for seed in range(4)]

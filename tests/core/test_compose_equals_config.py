@@ -19,6 +19,9 @@ from planted import config_for, planted_stream
 import earm_jax as ej
 from earm_jax.core.algorithms import bind
 
+# Compiles for tens of seconds: the full run has it, the fast tier does not.
+pytestmark = pytest.mark.slow
+
 NUM_QUERIES, POOL = 12, 20
 LOG_ENTRIES = NUM_QUERIES * POOL
 

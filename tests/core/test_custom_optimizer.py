@@ -11,10 +11,14 @@ import functools
 import jax
 import numpy as np
 import optax
+import pytest
 from planted import planted_stream
 
 import earm_jax as ej
 from earm_jax.core.model import loss, parameters
+
+# Compiles for tens of seconds: the full run has it, the fast tier does not.
+pytestmark = pytest.mark.slow
 
 POOL = 20
 # Momentum, so the optimizer has a state worth carrying; a step within the

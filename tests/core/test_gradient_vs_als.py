@@ -6,11 +6,15 @@ import functools
 
 import jax
 import optax
+import pytest
 from planted import config_for, planted_stream
 
 import earm_jax as ej
 from earm_jax.core import model as solver_model
 from earm_jax.core.solvers import als as als_solver
+
+# Compiles for tens of seconds: the full run has it, the fast tier does not.
+pytestmark = pytest.mark.slow
 
 
 def test_als_and_gradient_reach_the_same_objective_on_the_same_history():

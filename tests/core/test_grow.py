@@ -13,6 +13,9 @@ from planted import config_for, planted_stream
 import earm_jax as ej
 from earm_jax.core.grow import NOT_INSERTED, grow_state
 
+# Compiles for tens of seconds: the full run has it, the fast tier does not.
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize("solver_name", ["als", "incremental", "gradient"])
 def test_grown_state_continues_exactly_like_the_original(solver_name):

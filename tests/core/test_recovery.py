@@ -11,6 +11,9 @@ from planted import config_for, planted_stream
 
 import earm_jax as ej
 
+# Compiles for tens of seconds: the full run has it, the fast tier does not.
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize("solver_name", ["als", "gradient"])
 def test_completion_error_falls_as_history_grows(solver_name):

@@ -14,10 +14,14 @@ import re
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from planted import config_for, planted_stream
 
 import earm_jax as ej
 from earm_jax.core.solvers import incremental
+
+# Compiles for tens of seconds: the full run has it, the fast tier does not.
+pytestmark = pytest.mark.slow
 
 _COPY = re.compile(r"=\s*\w+\[([\d,]*)\]\{[^}]*\}\s+copy\(")
 _WHILE = re.compile(r"\swhile\(")

@@ -7,6 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from planted import config_for, planted_stream
 
 import earm_jax as ej
@@ -17,6 +18,9 @@ from earm_jax.eval.compare import (
     evaluate_policies,
     usable_mask,
 )
+
+# Compiles for tens of seconds: the full run has it, the fast tier does not.
+pytestmark = pytest.mark.slow
 
 
 def _setup(seed=0, **stream_kwargs):

@@ -16,6 +16,9 @@ from earm_jax.policies.adaptive_history import (
     run_adaptive_with_history,
 )
 
+# Compiles for tens of seconds: the full run has it, the fast tier does not.
+pytestmark = pytest.mark.slow
+
 POOL, MEMORIES, QUERIES = 16, 40, 14
 CONFIG = ad.AdaptiveConfig(pool_size=POOL, round_sizes=(2, 4, 10), max_carry=20)
 

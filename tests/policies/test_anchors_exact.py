@@ -9,6 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +20,9 @@ from earm_jax.policies import (
     uniform_anchors,
 )
 from earm_jax.policies.anchors import _first_members
+
+# Compiles for tens of seconds: the full run has it, the fast tier does not.
+pytestmark = pytest.mark.slow
 
 
 def _reference_ranks(priority, eligible):

@@ -14,6 +14,9 @@ from earm_jax.core.side_information import shared_start, side_information
 from earm_jax.policies import adaptive as ad
 from earm_jax.policies.side_information import run_best_side, run_mixed_side
 
+# Compiles for tens of seconds: the full run has it, the fast tier does not.
+pytestmark = pytest.mark.slow
+
 M, N, D, T = 30, 10, 5, 12
 
 

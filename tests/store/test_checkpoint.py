@@ -10,6 +10,9 @@ import pytest
 import earm_jax as ej
 from earm_jax.store.checkpoint import atomic_write, load_pytree, save_pytree
 
+# Compiles for tens of seconds: the full run has it, the fast tier does not.
+pytestmark = pytest.mark.slow
+
 
 def _state(solver_name: str, num_memories: int = 30):
     config = ej.SolverConfig(
