@@ -50,6 +50,33 @@ def _bounded_executable_mappings():
             gc.collect()
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    """One persistent XLA compilation cache per test run, shared by the xdist
+    workers and every subprocess a test starts (they inherit the variable).
+    Tests build the same programs many times (new closures, fresh processes,
+    caches cleared below); a cached executable is the same code, so results
+    are unchanged, and a whole run compiles far less. A cache set by the
+    caller is kept; ``EARM_TEST_COMPILATION_CACHE=0`` runs without one.
+    Workers inherit the controller's folder."""
+    if hasattr(config, "workerinput"):
+        return
+    if os.environ.get("EARM_TEST_COMPILATION_CACHE") == "0":
+        return
+    if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        folder = config._tmp_path_factory.getbasetemp() / "xla-cache"
+        folder.mkdir(exist_ok=True)
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = str(folder)
+        os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    jax.config.update(
+        "jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"]
+    )
+    jax.config.update(
+        "jax_persistent_cache_min_compile_time_secs",
+        float(os.environ.get("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1")),
+    )
+
+
 def pytest_collection_modifyitems(config, items):
     """The durable retriever's tests (kill -9 runs, the agent loop, adapters:
     5-8 min together) are the slow tier as a whole folder, so that
