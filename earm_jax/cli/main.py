@@ -24,6 +24,7 @@ from earm_jax.cli import (
     simulate,
     train_scorer,
 )
+from earm_jax.cli.compile_cache import enable_compilation_cache
 from earm_jax.cli.errors import UserError
 
 try:  # typer >= 0.20 carries its own click
@@ -58,8 +59,20 @@ def _options(
             help="Print the version and exit.",
         ),
     ] = False,
+    compile_cache: Annotated[
+        bool,
+        typer.Option(
+            "--compile-cache/--no-compile-cache",
+            help=(
+                "Keep compiled programs on disk ($JAX_COMPILATION_CACHE_DIR, "
+                "else xla/ in $EARM_CACHE_DIR) so the next run skips compiling."
+            ),
+        ),
+    ] = True,
 ) -> None:
     """earm_jax: experience-amortized LLM reranking for agent memory."""
+    if compile_cache:
+        enable_compilation_cache()
 
 
 simulate.register(app)
