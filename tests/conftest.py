@@ -56,7 +56,7 @@ def pytest_configure(config):
     workers and every subprocess a test starts (they inherit the variable).
     Tests build the same programs many times (new closures, fresh processes,
     caches cleared below); a cached executable is the same code, so results
-    are unchanged, and a whole run compiles far less. A cache set by the
+    are unchanged, and a whole run compiles less. A cache set by the
     caller is kept; ``EARM_TEST_COMPILATION_CACHE=0`` runs without one.
     Workers inherit the controller's folder."""
     if hasattr(config, "workerinput"):
@@ -68,13 +68,12 @@ def pytest_configure(config):
         folder.mkdir(exist_ok=True)
         os.environ["JAX_COMPILATION_CACHE_DIR"] = str(folder)
         os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-    jax.config.update(
-        "jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"]
-    )
-    jax.config.update(
-        "jax_persistent_cache_min_compile_time_secs",
-        float(os.environ.get("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1")),
-    )
+        # This process imported JAX before the variables were set.
+        jax.config.update("jax_compilation_cache_dir", str(folder))
+        jax.config.update(
+            "jax_persistent_cache_min_compile_time_secs",
+            float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]),
+        )
 
 
 def pytest_collection_modifyitems(config, items):

@@ -10,27 +10,21 @@ not change. The command line turns that on (the library never changes
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from earm_jax.store.embeddings import default_cache_dir
 
-COMPILE_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
-"""JAX's own variable; when set, the ``earm`` commands use that folder."""
-
 
 def compilation_cache_dir() -> Path:
-    """``$JAX_COMPILATION_CACHE_DIR`` if set, else ``xla/`` in the earm cache
-    folder (``$EARM_CACHE_DIR``, default ``~/.cache/earm_jax``)."""
-    configured = os.environ.get(COMPILE_CACHE_ENV)
-    if configured:
-        return Path(configured).expanduser()
+    """``xla/`` in the earm cache folder (``$EARM_CACHE_DIR``, default
+    ``~/.cache/earm_jax``)."""
     return default_cache_dir() / "xla"
 
 
 def enable_compilation_cache() -> Path:
     """Points JAX's persistent compilation cache at :func:`compilation_cache_dir`
-    unless the process already set one, and returns the folder in use.
+    unless the process already set one (JAX reads ``$JAX_COMPILATION_CACHE_DIR``
+    itself when it is imported), and returns the folder in use.
 
     Only programs that took at least JAX's threshold to compile are written
     (``jax_persistent_cache_min_compile_time_secs``, 1 s by default), so the
