@@ -50,6 +50,41 @@ def _bounded_executable_mappings():
             gc.collect()
 
 
+# Test programs are small, so compiling is most of a test's time, and XLA's
+# optimization passes are most of compiling (about a quarter of the core tests'
+# time). The suite therefore compiles with them mostly off (JAX's own switch,
+# inherited by the workers and every process a test starts). The passes do
+# not change what a program computes beyond float rounding, which every
+# tolerance covers; the tests that read the optimized program itself are
+# marked ``xla_optimized`` and compile with them on. ``EARM_TEST_OPTIMIZED=1``
+# runs the whole suite optimized, as users run it.
+DISABLE_OPTIMIZATIONS = "JAX_DISABLE_MOST_OPTIMIZATIONS"
+
+
+def _unoptimized_compiles() -> None:
+    if os.environ.get("EARM_TEST_OPTIMIZED") == "1":
+        return
+    if DISABLE_OPTIMIZATIONS in os.environ:  # the caller's choice
+        return
+    os.environ[DISABLE_OPTIMIZATIONS] = "1"
+    # This process imported JAX before the variable was set.
+    jax.config.update("jax_disable_most_optimizations", True)
+
+
+@pytest.fixture(autouse=True)
+def _xla_optimized_when_marked(request):
+    """Marked tests inspect the compiled program, so they get the optimized one."""
+    marked = request.node.get_closest_marker("xla_optimized") is not None
+    if not marked or not jax.config.read("jax_disable_most_optimizations"):
+        yield
+        return
+    jax.config.update("jax_disable_most_optimizations", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_disable_most_optimizations", True)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config):
     """One persistent XLA compilation cache per test run, shared by the xdist
@@ -58,9 +93,10 @@ def pytest_configure(config):
     caches cleared below); a cached executable is the same code, so results
     are unchanged, and a whole run compiles less. A cache set by the
     caller is kept; ``EARM_TEST_COMPILATION_CACHE=0`` runs without one.
-    Workers inherit the controller's folder."""
+    Workers inherit the controller's folder and its optimization switch."""
     if hasattr(config, "workerinput"):
         return
+    _unoptimized_compiles()
     if os.environ.get("EARM_TEST_COMPILATION_CACHE") == "0":
         return
     if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
@@ -76,17 +112,34 @@ def pytest_configure(config):
         )
 
 
+# First, so that pytest-xdist's own hook (which reads the groups into the
+# test ids the scheduler sees) finds the group markers added here.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """The durable retriever's tests (kill -9 runs, the agent loop, adapters:
     5-8 min together) are the slow tier as a whole folder, so that
     ``-m "not slow"`` stays the fast tier. Under pytest-xdist
     (``--dist loadgroup``) the real-server tests share one worker, so the
-    vLLM servers they share start once per run, not once per worker."""
+    vLLM servers they share start once per run, not once per worker.
+
+    The tests that take minutes (the real-server group, ~8 min on one worker,
+    and the notebooks) run first: the scheduler hands out tests in this order,
+    and short tests at the end keep both workers busy to the last minute
+    instead of one long test running alone."""
     for item in items:
         if Path(str(item.path)).parent.name == "retriever":
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("vllm") is not None:
             item.add_marker(pytest.mark.xdist_group("vllm-servers"))
+    items.sort(key=_minutes_long_first)
+
+
+def _minutes_long_first(item) -> int:
+    if item.get_closest_marker("vllm") is not None:
+        return 0
+    if Path(str(item.path)).name == "test_notebooks.py":
+        return 1
+    return 2
 
 
 def shared_tmp_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:

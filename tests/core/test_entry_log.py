@@ -234,6 +234,7 @@ def test_memory_follows_the_observations():
     assert state_bytes(rows) - state_bytes(log) == history_rows - history_log
 
 
+@pytest.mark.xla_optimized
 def test_the_donated_log_step_never_copies_the_history():
     # Q large enough that no [Q]-sized copy can be a step temporary (the
     # per-entry path copies a [B, 27] temporary: 4,320 elements).

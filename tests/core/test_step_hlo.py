@@ -36,6 +36,7 @@ def _large_copies(hlo: str, min_elements: int) -> list[int]:
     return sizes
 
 
+@pytest.mark.xla_optimized
 def test_run_batch_has_few_while_loops_and_no_history_copies():
     streams = [
         planted_stream(seed, num_memories=100, num_queries=30, pool_size=40)[0]
@@ -59,6 +60,7 @@ def test_run_batch_has_few_while_loops_and_no_history_copies():
     assert _large_copies(hlo, capacity * config.max_budget) == []
 
 
+@pytest.mark.xla_optimized
 def test_donated_step_never_copies_the_history():
     capacity, rank = 4096, 2
     config = ej.SolverConfig(

@@ -164,9 +164,14 @@ def test_to_stream_gives_the_jax_types() -> None:
 
 # -- the real conversations with MiniLM ----------------------------------------
 
+# One worker builds the module's streams: under pytest-xdist each worker would
+# otherwise embed the same 5,500 texts at the same time (two minutes each).
+MINILM_WORKER = pytest.mark.xdist_group("locomo-minilm")
+
 
 @pytest.mark.locomo
 @pytest.mark.slow  # embeds ~5,500 texts with MiniLM on the first use
+@MINILM_WORKER
 def test_turn_streams_match_the_design_pool_facts(
     turn_streams: list[LocomoStream],
 ) -> None:
@@ -198,6 +203,7 @@ def test_turn_streams_match_the_design_pool_facts(
 
 @pytest.mark.locomo
 @pytest.mark.slow  # embeds ~5,500 texts with MiniLM on the first use
+@MINILM_WORKER
 def test_stream_metadata_keeps_the_host_side_text(
     turn_streams: list[LocomoStream],
 ) -> None:
@@ -219,6 +225,7 @@ def test_stream_metadata_keeps_the_host_side_text(
 
 @pytest.mark.locomo
 @pytest.mark.slow  # embeds ~5,500 texts with MiniLM on the first use
+@MINILM_WORKER
 def test_observation_streams_and_the_cache(
     conversations: list[Conversation],
     cache_dir: Path,

@@ -1,0 +1,44 @@
+"""The suite's own settings (tests/conftest.py) are in force where they should be."""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import pytest
+
+ASKED_FOR_OPTIMIZED = os.environ.get("EARM_TEST_OPTIMIZED") == "1"
+SWITCH = os.environ.get("JAX_DISABLE_MOST_OPTIMIZATIONS")
+CALLER_CHOSE = ASKED_FOR_OPTIMIZED or SWITCH not in (None, "1")
+
+
+@pytest.mark.skipif(CALLER_CHOSE, reason="the caller chose XLA's optimizations")
+def test_unmarked_tests_compile_with_most_optimizations_off():
+    assert jax.config.read("jax_disable_most_optimizations") is True
+    # Processes a test starts inherit the switch.
+    assert os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] == "1"
+
+
+@pytest.mark.xla_optimized
+def test_marked_tests_compile_optimized():
+    assert jax.config.read("jax_disable_most_optimizations") is False
+
+
+def test_the_real_server_and_minilm_tests_are_grouped_for_one_worker(request):
+    """pytest-xdist's ``loadgroup`` sees the groups the suite adds: the
+    real-server tests share one worker (their servers start once), and so do
+    the tests that embed all of LoCoMo with MiniLM. xdist tags a grouped test's
+    id with ``@group``; with pytest 9.2 that tag is lost (pyproject.toml)."""
+    items = request.session.items
+    ungrouped = [
+        item.nodeid
+        for item in items
+        if item.get_closest_marker("vllm") is not None
+        and item.get_closest_marker("xdist_group") is None
+    ]
+    assert ungrouped == []
+    if os.environ.get("PYTEST_XDIST_WORKER") and request.config.getvalue("loadgroup"):
+        for item in items:
+            marker = item.get_closest_marker("xdist_group")
+            if marker is not None:
+                assert item.nodeid.endswith("@" + marker.args[0]), item.nodeid
