@@ -122,7 +122,7 @@ def pytest_collection_modifyitems(config, items):
     (``--dist loadgroup``) the real-server tests share one worker, so the
     vLLM servers they share start once per run, not once per worker.
 
-    The tests that take minutes (the real-server group, ~8 min on one worker,
+    The tests that take minutes (the real-server group, ~6 min on one worker,
     and the notebooks) run first: the scheduler hands out tests in this order,
     and short tests at the end keep both workers busy to the last minute
     instead of one long test running alone."""
