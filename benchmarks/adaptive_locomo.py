@@ -1,4 +1,4 @@
-"""Issue 10 experiments: the adaptive multi-round policy on LoCoMo (stand-in scorer).
+"""Experiments: the adaptive multi-round policy on LoCoMo (stand-in scorer).
 
 Runs Semantic, Full, Top-similarity (the paper's schedule, ~25% of Full's
 calls) and the adaptive policy under a hard call budget on the shared

@@ -1,4 +1,4 @@
-"""``earm simulate`` with the history kept as an entry log (issue 12).
+"""``earm simulate`` with the history kept as an entry log.
 
 The CLI has no option for the history layout (``SolverConfig.entry_capacity``,
 ``block_entries``); this runs the same command with every solver config the

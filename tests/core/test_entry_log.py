@@ -1,4 +1,4 @@
-"""The history as an entry log (issue 12): same solver, storage sized by calls."""
+"""The history as an entry log: same solver, storage sized by calls."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The similarity covariate of the fold-in (issue 10, item 4): the math against
+"""The similarity covariate of the fold-in: the math against
 a float64 NumPy ridge, the paper's fold-in when the covariate is flat,
 causality, and a config error naming the field."""
 

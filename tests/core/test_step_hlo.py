@@ -1,8 +1,8 @@
 """Regression guards on the compiled incremental step (HLO structure, not timing).
 
-Issue 12: every while loop of the per-query step is a kernel launch and a
-host-visible predicate on a GPU, and a history read fused into the write of the
-new row once made XLA copy the whole history buffers each query. These tests
+On a GPU every while loop of the per-query step is a kernel launch and a
+host-visible predicate, and a history read fused into the write of the new row
+can make XLA copy the whole history buffers each query. These tests
 compile ``run_batch`` and the donated single ``step`` and count both.
 """
 
@@ -55,7 +55,7 @@ def test_run_batch_has_few_while_loops_and_no_history_copies():
     )
     # Measured: 6 (the scan over queries, the loop that reads the block's query
     # factors, see incremental.take_rows, and four outside the solver's update);
-    # c45063e's incremental step compiled to 13.
+    # an earlier formulation of the step compiled to 13.
     assert len(_WHILE.findall(hlo)) <= 6, len(_WHILE.findall(hlo))
     assert _large_copies(hlo, capacity * config.max_budget) == []
 

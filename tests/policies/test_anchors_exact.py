@@ -1,7 +1,7 @@
 """The sort-free samplers choose exactly the anchors of the argsort ones.
 
-The reference below is the sampler code as it was before issue 12 (two stable
-argsorts per rank), kept here verbatim as a private oracle.
+The reference below is the argsort formulation of the samplers (two stable
+argsorts per rank), kept here as a private oracle.
 """
 
 from __future__ import annotations
