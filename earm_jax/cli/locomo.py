@@ -117,7 +117,8 @@ def locomo(
         str,
         typer.Option(
             help="evidence (stand-in), cross-encoder (a local model folder, e.g. "
-            "from `earm train-scorer`) or vllm (a server)."
+            "from `earm train-scorer`), vllm (a server) or recorded (a build's "
+            "recorded answers, --scores: no model runs)."
         ),
     ] = "evidence",
     noise: Annotated[
@@ -162,6 +163,28 @@ def locomo(
             "on (refused by default: their scores flatter it)."
         ),
     ] = False,
+    scores: Annotated[
+        str,
+        typer.Option(
+            help="recorded: the recorded-answers file(s) (`earm record-scores`), "
+            "one per memory setting (comma list)."
+        ),
+    ] = "",
+    blend_weight: Annotated[
+        float,
+        typer.Option(
+            help="recorded: the similarity blend's weight (0: the model alone, "
+            "1: the fitted blend the build's scorer uses)."
+        ),
+    ] = 1.0,
+    mix: Annotated[
+        str,
+        typer.Option(
+            help="recorded: move the scorer along the quality axis, TARGET:W with "
+            "TARGET oracle (toward the evidence label) or similarity (toward "
+            "the retriever's order), W in [0, 1]; its AUC is measured."
+        ),
+    ] = "",
     scorer_mode: ScorerMode = "yesno",
     score_cache: Annotated[
         Path | None, typer.Option(help="SQLite score cache for --scorer vllm.")
@@ -183,13 +206,14 @@ def locomo(
     preset: Preset = "paper",
     call_budget: CallBudget = 0.25,
     budget_scale: Annotated[
-        float,
+        str,
         typer.Option(
             help="The anchored policies' stage budgets times this (1: the "
-            "paper's, about 26% of Full's calls); e.g. 0.57 puts them near a 15% "
-            "cap to compare with --call-budget 0.15."
+            "paper's, about 26% of Full's calls), or auto: the scale at which "
+            "they pay --call-budget of Full's calls on these conversations, so "
+            "every policy is compared at equal calls."
         ),
-    ] = 1.0,
+    ] = "1",
     graded: Annotated[
         float,
         typer.Option(
@@ -227,11 +251,17 @@ def locomo(
                 f"--memories must be turns or observations, got {setting!r}",
                 "e.g. --memories turns,observations",
             )
-    if scorer not in ("evidence", "vllm", "cross-encoder"):
+    if scorer not in ("evidence", "vllm", "cross-encoder", "recorded"):
         raise UserError(
-            f"--scorer must be evidence, cross-encoder or vllm, got {scorer!r}",
+            f"--scorer must be evidence, cross-encoder, vllm or recorded, got "
+            f"{scorer!r}",
             "use --scorer evidence (stand-in), cross-encoder (a local model "
-            "folder) or vllm (a server)",
+            "folder), vllm (a server) or recorded (--scores FILE)",
+        )
+    if (scorer == "recorded") != bool(scores):
+        raise UserError(
+            "--scores goes with --scorer recorded, and --scorer recorded needs it",
+            "pass --scorer recorded --scores FILE (a file `earm record-scores` wrote)",
         )
     if scorer == "cross-encoder" and scorer_model is None:
         raise UserError(
@@ -285,7 +315,10 @@ def locomo(
         graded=graded,
         preset=preset,
         call_budget=call_budget,
-        budget_scale=budget_scale,
+        budget_scale=_budget_scale(budget_scale),
+        scores=comma_names(scores),
+        blend_weight=blend_weight,
+        mix=mix,
         expand=expand,
         expand_min_score=expand_min_score,
         side_information=side_information,
@@ -343,6 +376,24 @@ def locomo(
         console.print(f"wrote {plot}")
 
 
+def _budget_scale(text: str) -> float | str:
+    """``--budget-scale``: a number >= 0 or ``auto``."""
+    from earm_jax.eval.budget_match import AUTO
+
+    if text.strip() == AUTO:
+        return AUTO
+    try:
+        value = float(text)
+    except ValueError as error:
+        raise UserError(
+            f"--budget-scale must be a number or auto, got {text!r}",
+            "e.g. --budget-scale 0.57, or auto to match --call-budget",
+        ) from error
+    if value < 0:
+        raise UserError(f"--budget-scale must be >= 0, got {text}", "e.g. 0.57")
+    return value
+
+
 def _run(job, progress):
     """Runs the job; scorer set-up errors and missing extras become one line."""
     from earm_jax.jobs.locomo import run_locomo_job
@@ -364,6 +415,12 @@ def _run(job, progress):
                     InSampleError,
                 ):
                     return run_locomo_job(job, progress=progress)
+    if job.scorer == "recorded":
+        with user_errors(
+            "check --scores: files `earm record-scores` wrote for these "
+            "conversations and memory settings"
+        ):
+            return run_locomo_job(job, progress=progress)
     if job.scorer == "vllm":
         with user_errors(
             "install the client: pip install 'earm_jax[vllm]'", ImportError

@@ -18,6 +18,7 @@ from earm_jax.cli import (
     mcp,
     notebook,
     plots,
+    record_scores,
     results,
     retriever,
     serve_scorer,
@@ -83,6 +84,7 @@ plots.register(app)
 results.register(app)
 retriever.register(app)
 train_scorer.register(app)
+record_scores.register(app)
 mcp.register(app)
 
 

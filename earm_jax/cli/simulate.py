@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -26,6 +27,7 @@ from earm_jax.cli.options import (
     Resamples,
     Solver,
 )
+from earm_jax.eval.budget_match import AUTO
 from earm_jax.eval.simulate import SimKnobs
 from earm_jax.jobs.metadata import provenance, write_json
 from earm_jax.jobs.simulation import SimulationSettings
@@ -62,8 +64,13 @@ def simulate(
     solver: Solver = DEFAULTS.solver,
     num_sweeps: NumSweeps = DEFAULTS.num_sweeps,
     budget_scale: Annotated[
-        float, typer.Option(help="Multiply the paper's stage budgets by this.")
-    ] = DEFAULTS.budget_scale,
+        str,
+        typer.Option(
+            help="Multiply the paper's stage budgets by this, or auto: the scale "
+            "at which the anchored policies pay --call-budget of Full's calls on "
+            "these streams (compare every policy at equal calls)."
+        ),
+    ] = str(DEFAULTS.budget_scale),
     high_fraction: HighFraction = DEFAULTS.high_fraction,
     noise: Annotated[
         float, typer.Option(help="Scorer noise (std of the simulated answers).")
@@ -128,6 +135,13 @@ def simulate(
         # The old name, kept working for scripts written before --noise.
         print("note: --scorer-noise is deprecated; use --noise", file=sys.stderr)
         noise = scorer_noise
+    auto = budget_scale.strip() == AUTO
+    if auto and from_json is not None:
+        raise UserError(
+            "--budget-scale auto with --from-json: the JSON records the scale",
+            "drop --budget-scale; --from-json reruns the recorded one",
+        )
+    scale = 1.0 if auto else _budget_scale(budget_scale)
     if from_json is not None:
         settings = _settings_from_json(from_json)
     else:
@@ -141,7 +155,7 @@ def simulate(
                 l2=l2,
                 solver=solver,
                 num_sweeps=num_sweeps,
-                budget_scale=budget_scale,
+                budget_scale=scale,
                 preset=preset,
                 call_budget=call_budget,
                 expand=expand,
@@ -159,6 +173,16 @@ def simulate(
                 scorer_profile=_read_profile(scorer_profile),
             )
     progress = Progress(enabled=not quiet)
+    matched = None
+    if auto:
+        from earm_jax.jobs.simulation import matched_budget_scale
+
+        matched = matched_budget_scale(settings)
+        settings = dataclasses.replace(settings, budget_scale=matched.scale)
+        progress.note(
+            f"budget scale {matched.scale:.4f} puts the anchored policies at "
+            f"{matched.share:.1%} of Full's calls (cap {settings.call_budget:.0%})"
+        )
     progress.note(
         f"running {settings.streams} streams x {settings.queries} queries x 7 "
         "policies as one jitted program (compile included; 30 s-2 min at the "
@@ -203,6 +227,8 @@ def simulate(
         "seconds": timing["seconds"],
         **summary,
     }
+    if matched is not None:
+        payload["budget_scale_matched"] = dataclasses.asdict(matched)
     if json_path is not None:
         write_json(json_path, payload)
         console.print(f"wrote {json_path}")
@@ -220,6 +246,16 @@ def simulate(
             f"{settings.pool_size} (simulated scorer, not an LLM)",
         )
         console.print(f"wrote {plot}")
+
+
+def _budget_scale(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError as error:
+        raise UserError(
+            f"--budget-scale must be a number or auto, got {text!r}",
+            "e.g. --budget-scale 0.57, or auto to match --call-budget",
+        ) from error
 
 
 def _read_profile(path: Path | None) -> dict | None:

@@ -38,10 +38,12 @@ class FoldAnswers:
     by_setting: dict[str, dict[str, np.ndarray]]
 
     def quality(self, data: PoolData, setting: str) -> dict[str, Any]:
-        samples = list(self.by_setting[setting])
+        """The scorer's quality on the questions it scored: a question with no
+        answer (outside a held-back share) would count as Full missing
+        everything, so only scored rows are measured."""
         streams = [
-            with_scores(data.stream(setting, sample), self.by_setting[setting][sample])
-            for sample in samples
+            scored_questions(data.stream(setting, sample), answers)
+            for sample, answers in self.by_setting[setting].items()
         ]
         return streams_scorer_quality(streams, (10, 20))
 
@@ -84,6 +86,32 @@ class FoldAnswers:
         return profile_to_json(profile, {**source, "setting": setting, **counts})
 
 
+def scored_questions(stream: LocomoStream, answers: np.ndarray) -> LocomoStream:
+    """``stream`` with ``answers`` as its scores, cut to the questions that
+    have at least one answer (per-question arrays only; memories unchanged)."""
+    rows = np.flatnonzero(np.isfinite(answers).any(axis=1))
+    arrays = stream.arrays
+    return dataclasses.replace(
+        with_scores(stream, answers),
+        arrays=dataclasses.replace(
+            arrays,
+            candidates=arrays.candidates[rows],
+            similarity=arrays.similarity[rows],
+            valid=arrays.valid[rows],
+            scores=answers[rows],
+            relevant=arrays.relevant[rows],
+            num_relevant=arrays.num_relevant[rows],
+            category=arrays.category[rows],
+            relevant_memories=None
+            if arrays.relevant_memories is None
+            else arrays.relevant_memories[rows],
+            query_embeddings=None
+            if arrays.query_embeddings is None
+            else arrays.query_embeddings[rows],
+        ),
+    )
+
+
 def score_pools(scorer: Any, stream: LocomoStream, questions: np.ndarray) -> np.ndarray:
     """The chosen questions' whole pools scored (NaN elsewhere)."""
     answers = np.full(stream.arrays.scores.shape, np.nan, np.float32)
@@ -104,4 +132,4 @@ def score_pools(scorer: Any, stream: LocomoStream, questions: np.ndarray) -> np.
     return answers
 
 
-__all__ = ["FoldAnswers", "PoolData", "score_pools"]
+__all__ = ["FoldAnswers", "PoolData", "score_pools", "scored_questions"]

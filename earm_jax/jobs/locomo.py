@@ -8,7 +8,21 @@ from typing import Any
 
 import numpy as np
 
+from earm_jax.eval.budget_match import (
+    AUTO,
+    MatchedScale,
+    match_budget_scale,
+    usable_counts,
+)
 from earm_jax.jobs.locomo_answers import answer_accuracy
+from earm_jax.jobs.locomo_recorded import (
+    Mix,
+    check_recorded,
+    load_recorded,
+    recorded_note,
+    recorded_stream,
+    recorded_summary,
+)
 from earm_jax.jobs.locomo_report import plot_first_run, streams_scorer_quality
 from earm_jax.jobs.locomo_scorers import (
     CROSS_ENCODER_NOTE,
@@ -31,12 +45,15 @@ from earm_jax.locomo.evaluate import (
 from earm_jax.locomo.evidence import STAND_IN_NOTE, EvidenceNoise
 from earm_jax.locomo.memories import build_memories
 from earm_jax.locomo.report import locomo_summary
-from earm_jax.locomo.streams import build_streams
+from earm_jax.locomo.streams import LocomoStream, build_streams
+from earm_jax.locomo.training_data import conversation_digest
+from earm_jax.scoring.replay import ReplayScorer
 from earm_jax.settings import EarmSettings
 
-SCORERS = ("evidence", "vllm", "cross-encoder")
-"""What answers the anchors: the evidence stand-in, a vLLM server, or a local
-cross-encoder folder (``earm train-scorer`` writes one)."""
+SCORERS = ("evidence", "vllm", "cross-encoder", "recorded")
+"""What answers the anchors: the evidence stand-in, a vLLM server, a local
+cross-encoder folder (``earm train-scorer`` writes one), or a build's recorded
+answers (``earm record-scores`` writes them; nothing is scored)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +93,10 @@ class LocomoJob:
     graded: float = 0.0
     preset: str = "paper"
     call_budget: float = 0.25
-    budget_scale: float = 1.0
+    budget_scale: float | str = 1.0
+    scores: tuple[str, ...] = ()
+    blend_weight: float = 1.0
+    mix: str = ""
     expand: int = 0
     expand_min_score: float = 0.0
     side_information: bool = False
@@ -85,8 +105,26 @@ class LocomoJob:
         """Raises ``ValueError`` naming the first bad field."""
         if self.scorer not in SCORERS:
             raise ValueError(f"scorer must be one of {SCORERS}, got {self.scorer!r}")
-        if self.scorer != "evidence" and not self.scorer_model:
+        if self.scorer not in ("evidence", "recorded") and not self.scorer_model:
             raise ValueError(f"scorer {self.scorer!r} needs scorer_model")
+        if (self.scorer == "recorded") != bool(self.scores):
+            raise ValueError(
+                "scores (recorded-answers files) go with scorer 'recorded' and only "
+                f"with it; got scorer {self.scorer!r} and scores {self.scores!r}"
+            )
+        if not 0.0 <= self.blend_weight <= 1.0:
+            raise ValueError(
+                f"blend_weight must be in [0, 1], got {self.blend_weight!r}"
+            )
+        Mix.parse(self.mix)
+        if self.mix and self.scorer != "recorded":
+            raise ValueError("mix moves recorded answers: it needs scorer 'recorded'")
+        if isinstance(self.budget_scale, str):
+            if self.budget_scale != AUTO:
+                raise ValueError(
+                    f"budget_scale must be a number >= 0 or {AUTO!r}, got "
+                    f"{self.budget_scale!r}"
+                )
         if not self.settings:
             raise ValueError("settings must name turns and/or observations")
         if not self.ks or any(k < 1 for k in self.ks):
@@ -108,7 +146,13 @@ class LocomoJob:
             )
         self.run_settings(self.ranks[0])  # preset and call budget
 
-    def run_settings(self, rank: int) -> LocomoRunSettings:
+    def run_settings(
+        self, rank: int, budget_scale: float | None = None
+    ) -> LocomoRunSettings:
+        """The run's settings; ``budget_scale`` replaces an ``"auto"`` one
+        (resolved on the streams by :func:`matched_scale`)."""
+        if budget_scale is None:
+            budget_scale = 1.0 if self.budget_scale == AUTO else self.budget_scale
         return LocomoRunSettings(
             rank=rank,
             solver=self.solver,
@@ -117,7 +161,7 @@ class LocomoJob:
             ks=self.ks,
             preset=self.preset,
             call_budget=self.call_budget,
-            budget_scale=self.budget_scale,
+            budget_scale=float(budget_scale),
             expand=self.expand,
             expand_min_score=self.expand_min_score,
             side_information=self.side_information,
@@ -210,7 +254,15 @@ def run_locomo_job(
         load_locomo(job.data), job.conversations, job.limit
     )
     paid = None
-    if job.scorer == "vllm":
+    recorded = None
+    if job.scorer == "recorded":
+        recorded = load_recorded(job.scores)
+        check_recorded(
+            recorded,
+            job.settings,
+            {c.sample_id: conversation_digest(c) for c in conversations},
+        )
+    elif job.scorer == "vllm":
         paid = llm_scorers(job)
     elif job.scorer == "cross-encoder":
         from earm_jax.store.embeddings import Embedder
@@ -219,7 +271,12 @@ def run_locomo_job(
         paid = cross_encoder_scorers(job, conversations, embedder)
     try:
         return _run_grid(
-            job, conversations, on_step, paid, progress or Progress(enabled=False)
+            job,
+            conversations,
+            on_step,
+            paid,
+            progress or Progress(enabled=False),
+            recorded,
         )
     finally:
         if paid is not None:
@@ -232,6 +289,7 @@ def _run_grid(
     on_step: Callable[[str], Any] | None,
     paid: PaidScorers | None,
     progress: Progress,
+    recorded: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], PerQuery]:
     from earm_jax.jobs.metadata import provenance
     from earm_jax.store.embeddings import Embedder
@@ -245,6 +303,13 @@ def _run_grid(
     first: PerQuery | None = None
     answers: dict[str, Any] | None = None
     scorer_failures: dict[str, int] = {}
+    matched: dict[str, MatchedScale] = {}
+    replays = (
+        {s: ReplayScorer.from_recorded(a) for s, a in recorded.items()}
+        if recorded
+        else {}
+    )
+    mix = Mix.parse(job.mix)
     step("embedding conversations")
     noises: tuple[float | None, ...] = (
         job.noises if job.scorer == "evidence" else (None,)
@@ -259,6 +324,24 @@ def _run_grid(
         for noise in noises:
             for rank in job.ranks:
                 run_settings = job.run_settings(rank)
+                if job.budget_scale == AUTO:
+                    if setting not in matched:
+                        matched[setting] = matched_scale(
+                            build_streams(
+                                conversations,
+                                embedder,
+                                setting=setting,
+                                pool_size=job.pool_size,
+                            ),
+                            run_settings,
+                            job.pool_size,
+                        )
+                        progress.note(
+                            f"  budget scale {matched[setting].scale:.4f} puts the "
+                            f"anchored policies at {matched[setting].share:.1%} of "
+                            f"Full's calls ({setting}, cap {job.call_budget:.0%})"
+                        )
+                    run_settings = job.run_settings(rank, matched[setting].scale)
                 per_seed = []
                 quality = None
                 for seed in job.seeds:
@@ -276,6 +359,22 @@ def _run_grid(
                         pool_size=job.pool_size,
                         knobs=knobs,
                     )
+                    if recorded:
+                        rescored = []
+                        for stream in streams:
+                            stream, failures = recorded_stream(
+                                stream,
+                                recorded[setting],
+                                replays[setting],
+                                job.blend_weight,
+                                mix,
+                            )
+                            for reason, count in failures.items():
+                                scorer_failures[reason] = (
+                                    scorer_failures.get(reason, 0) + count
+                                )
+                            rescored.append(stream)
+                        streams = rescored
                     if paid is not None:
                         rescored = []
                         for stream in streams:
@@ -323,6 +422,9 @@ def _run_grid(
                 )
     if job.scorer == "evidence":
         note = STAND_IN_NOTE
+    elif job.scorer == "recorded":
+        assert recorded is not None
+        note = recorded_note(job.scores, recorded, job.blend_weight, mix)
     elif job.scorer == "cross-encoder":
         assert paid is not None
         note = CROSS_ENCODER_NOTE.format(
@@ -344,6 +446,17 @@ def _run_grid(
         "runs": runs,
         "data_faults": faults,
     }
+    if matched:
+        payload["budget_scale_matched"] = {
+            setting: dataclasses.asdict(value) for setting, value in matched.items()
+        }
+    if recorded:
+        payload["recorded_answers"] = recorded_summary(recorded)
+        payload["scorer_counters"] = {
+            "pairs_sent": 0,
+            "failed_pairs_by_reason": scorer_failures,
+            "cache_hits": 0,
+        }
     if paid is not None:
         payload["scorer_counters"] = {
             "pairs_sent": sum(pairs_sent(scorer) for scorer in paid.inner),
@@ -358,8 +471,26 @@ def _run_grid(
     return payload, first
 
 
+def matched_scale(
+    streams: list[LocomoStream], settings: LocomoRunSettings, pool_size: int
+) -> MatchedScale:
+    """The budget scale at which the anchored policies pay ``call_budget`` of
+    Full's calls on these conversations (``--budget-scale auto``)."""
+    return match_budget_scale(
+        settings.call_budget,
+        [
+            usable_counts(s.arrays.candidates, s.arrays.valid, s.arrays.insert_time)
+            for s in streams
+        ],
+        pool_size,
+        settings.block_size,
+        settings.stage_ratios,
+    )
+
+
 __all__ = [
     "LocomoJob",
+    "matched_scale",
     "plot_first_run",
     "run_locomo_job",
     "select_conversations",

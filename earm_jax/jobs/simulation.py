@@ -23,6 +23,7 @@ import numpy as np
 from earm_jax.core.config import SolverConfig
 from earm_jax.core.side_information import SideInformation, side_information
 from earm_jax.eval import report
+from earm_jax.eval.budget_match import MatchedScale, match_budget_scale, usable_counts
 from earm_jax.eval.compare import evaluate_policies
 from earm_jax.eval.scorer_profile import ScorerProfile, profile_from_json
 from earm_jax.eval.simulate import SimConfig, SimKnobs, make_streams
@@ -188,6 +189,30 @@ def run_simulation(
     elapsed = time.perf_counter() - start
     metrics, has_relevant, calls = jax.tree.map(np.asarray, outputs)
     return metrics, has_relevant, calls, {"seconds": elapsed}
+
+
+def matched_budget_scale(settings: SimulationSettings) -> MatchedScale:
+    """The budget scale at which the anchored policies pay ``call_budget`` of
+    Full's calls on exactly the streams ``settings`` generates
+    (``--budget-scale auto``)."""
+    stream_key, _ = jax.random.split(jax.random.key(settings.seed))
+    knobs = jax.tree.map(jnp.asarray, settings.sim_knobs())
+    streams = jax.jit(make_streams, static_argnums=(1, 2))(
+        stream_key, settings.sim_config(), settings.streams, knobs, settings.profile()
+    )
+    candidates = np.asarray(streams.queries.candidates)
+    valid = np.asarray(streams.queries.valid)
+    insert_time = np.asarray(streams.insert_time)
+    return match_budget_scale(
+        settings.call_budget,
+        [
+            usable_counts(candidates[s], valid[s], insert_time[s])
+            for s in range(settings.streams)
+        ],
+        settings.pool_size,
+        settings.block_size,
+        settings.stage_ratios,
+    )
 
 
 def simulation_report(

@@ -67,6 +67,8 @@ from earm_jax.scoring.similarity_blend import SimilarityBlend, write_blend
 
 CROSS_FITTED = "cross-fitted pools, each scored by a model that never saw it"
 HELD_BACK = "held-back questions of the training conversations"
+RECORDED_NAME = "{setting}-scores.npz"
+"""The recorded answers a cross-fitted build writes per memory setting."""
 SCORE_CACHE_NAME = "scores.sqlite"
 """The score cache's file name in the cache folder (``$EARM_CACHE_DIR``)."""
 
@@ -520,11 +522,41 @@ def run_train_scorer(
     manifest["seconds"] = round(time.perf_counter() - started, 1)
     manifest.update(provenance())
     write_json(Path(job.out) / MANIFEST_NAME, manifest)
+    if job.folds > 1:
+        manifest["recorded_answers"] = _record(job, cache_path, progress)
+        write_json(Path(job.out) / MANIFEST_NAME, manifest)
     return manifest
+
+
+def _record(job: TrainScorerJob, cache_path: str, progress: Progress) -> dict:
+    """Writes ``<setting>-scores.npz`` (the cross-fitted answers, replayable
+    with no model) per memory setting; returns setting -> file name."""
+    from earm_jax.jobs.record_answers import RecordJob, record_answers
+
+    names = {}
+    for setting in job.settings:
+        recorded, missing = record_answers(
+            RecordJob(
+                scorer_folder=job.out,
+                data=job.data,
+                setting=setting,
+                score_cache=cache_path,
+                cache_dir=job.cache_dir,
+            )
+        )
+        name = RECORDED_NAME.format(setting=setting)
+        recorded.save(Path(job.out) / name)
+        names[setting] = name
+        progress.note(
+            f"recorded answers ({setting}): {name}, "
+            f"{sum(missing.values())} pair(s) not scored"
+        )
+    return names
 
 
 __all__ = [
     "FOLD_RECORD",
+    "RECORDED_NAME",
     "SCORE_CACHE_NAME",
     "TrainScorerJob",
     "file_digests",

@@ -1,4 +1,5 @@
-"""Replays recorded scores (from a ``ScoreCache`` or a JSONL file).
+"""Replays recorded scores (from a ``ScoreCache``, a JSONL file, or a build's
+recorded answers, :mod:`earm_jax.scoring.recorded_answers`).
 
 A replay scorer never computes anything: pairs it has no record of are returned
 as failed (``"not recorded"``). Use it to rerun an evaluation offline with the
@@ -12,11 +13,16 @@ JSONL records (one per line): ``{"scorer": <identity key>, "prompt_version":
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from .base import PairScore, ScorerIdentity
 from .cache import ScoreCache, text_sha256
+
+if TYPE_CHECKING:
+    from .recorded_answers import RecordedAnswers
 
 NOT_RECORDED = "not recorded"
 
@@ -41,6 +47,31 @@ class ReplayScorer:
         scores = {
             (entry.query_sha256, entry.memory_sha256): entry.value
             for entry in cache.entries(recorded)
+        }
+        return cls(recorded, scores)
+
+    @classmethod
+    def from_recorded(cls, answers: RecordedAnswers) -> ReplayScorer:
+        """Replays the model's own calibrated answers, ``sigmoid(logit)``, of a
+        recorded-answers file (the similarity blend is applied by the caller,
+        which holds the pool's cosines)."""
+        recorded = ScorerIdentity(
+            kind=f"recorded-{answers.scorer.get('kind', 'scorer')}",
+            model=",".join(
+                f"{fold}={model}"
+                for fold, model in sorted(answers.scorer.get("models", {}).items())
+            ),
+            settings=tuple(
+                sorted(
+                    (key, str(answers.scorer[key]))
+                    for key in ("backend", "precision")
+                    if key in answers.scorer
+                )
+            ),
+        )
+        scores = {
+            pair: 1.0 / (1.0 + math.exp(-logit))
+            for pair, logit in answers.pairs().items()
         }
         return cls(recorded, scores)
 

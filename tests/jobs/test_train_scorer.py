@@ -181,3 +181,14 @@ def test_a_build_stopped_while_scoring_is_not_trained_again(
     assert all(
         fold["held_out_quality"]["turns"]["pairs"] > 0 for fold in manifest["folds"]
     )
+
+
+def test_held_back_quality_counts_only_the_held_back_questions(trained_scorer):
+    """Only the held-back share of a training conversation is scored: the
+    quality line must not count its other questions as Full missing them."""
+    _, _, manifest = trained_scorer
+    for fold in manifest["folds"]:
+        quality = fold["held_back_quality"]["turns"]
+        held_back = sum(fold["held_back_questions"].values())
+        assert 0 < quality["queries"] <= held_back
+        assert quality["queries"] < fold["held_out_quality"]["turns"]["queries"]

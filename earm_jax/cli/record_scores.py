@@ -1,0 +1,75 @@
+"""``earm record-scores``: a cross-fitted build's answers in one small file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from earm_jax.cli.errors import user_errors
+from earm_jax.cli.locomo import resolve_data
+from earm_jax.cli.options import CacheDir, LocomoData, Quiet
+
+
+def record_scores(
+    scorer_model: Annotated[
+        Path,
+        typer.Option(help="The folder `earm train-scorer --folds K` wrote."),
+    ],
+    out: Annotated[
+        Path,
+        typer.Option(
+            help="The .npz to write (name it *scores*.npz; a few MB for all of "
+            "LoCoMo's turns)."
+        ),
+    ],
+    data: LocomoData = None,
+    memories: Annotated[
+        str, typer.Option(help="The memory setting to record: turns, observations.")
+    ] = "turns",
+    score_cache: Annotated[
+        Path | None,
+        typer.Option(help="The score cache the build wrote to (default: its own)."),
+    ] = None,
+    cache_dir: CacheDir = None,
+    quiet: Quiet = False,
+) -> None:
+    """Write a build's answers on every conversation it held out (question x
+    pool candidate -> the model's own logit, float16, with text digests and no
+    text), read from its score cache: `earm locomo --scorer recorded --scores
+    FILE` replays them with no model."""
+    from earm_jax.jobs.record_answers import RecordJob, record_answers
+    from earm_jax.scoring.recorded_answers import describe
+
+    data = resolve_data(data)
+    job = RecordJob(
+        scorer_folder=str(scorer_model),
+        data=str(data),
+        setting=memories,
+        score_cache=str(score_cache) if score_cache else None,
+        cache_dir=str(cache_dir) if cache_dir else None,
+    )
+    with user_errors(
+        "install the extra: pip install 'earm_jax[embed]'", ModuleNotFoundError
+    ):
+        with user_errors("check --scorer-model, --data and --score-cache"):
+            recorded, missing = record_answers(job)
+            recorded.save(out)
+    summary = describe(recorded)
+    if not quiet:
+        lacking = sum(missing.values())
+        typer.echo(
+            f"{summary['questions']} questions of {len(summary['conversations'])} "
+            f"conversation(s), {summary['scored_pairs']} pairs "
+            f"({lacking} not in the cache), {summary['backend']} "
+            f"{summary['precision']}"
+        )
+    typer.echo(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("record-scores")(record_scores)
+
+
+__all__ = ["register"]

@@ -1,0 +1,206 @@
+"""Records a cross-fitted build's answers (``earm record-scores``).
+
+``earm train-scorer --folds K`` scores each conversation's whole pools with the
+fold that never saw it, into the score cache, under the identity of the
+blended scorer (model + similarity). This reads them back, turns each answer
+into the model's own logit (the blend is inverted with the pair's cosine, so
+the file can apply it at any weight later) and writes one
+:class:`~earm_jax.scoring.recorded_answers.RecordedAnswers` per memory setting.
+Nothing is scored here: a pair the cache lacks is recorded as NaN and
+counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from earm_jax.jobs.locomo import select_conversations
+from earm_jax.locomo.data import load_locomo
+from earm_jax.locomo.evaluate import scorer_scores
+from earm_jax.locomo.streams import build_streams
+from earm_jax.locomo.training_data import conversation_digest
+from earm_jax.scoring.cache import ScoreCache, text_sha256
+from earm_jax.scoring.recorded_answers import (
+    RecordedAnswers,
+    RecordedConversation,
+    answer_logits,
+    digest_bytes,
+    unblend,
+)
+from earm_jax.scoring.replay import ReplayScorer
+from earm_jax.scoring.similarity_blend import load_blend
+
+_PATH_KEYS = frozenset(
+    {"path", "data", "out", "cache_dir", "score_cache", "base_model", "folder_path"}
+)
+
+
+def without_machine_paths(value: Any) -> Any:
+    """``value`` with every absolute path cut to its last part: the manifest a
+    committed file carries names no folder of the machine that built it."""
+    if isinstance(value, dict):
+        return {
+            key: (
+                _last_part(item)
+                if key in _PATH_KEYS and isinstance(item, str)
+                else without_machine_paths(item)
+            )
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [without_machine_paths(item) for item in value]
+    if isinstance(value, str) and (os.sep in value or value.startswith("~")):
+        return " ".join(
+            _last_part(part) if part.startswith(("/", "~")) else part
+            for part in value.split(" ")
+        )
+    return value
+
+
+def _last_part(text: str) -> str:
+    return Path(text).name if text.startswith(("/", "~")) else text
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordJob:
+    """What ``earm record-scores`` reads.
+
+    Attributes:
+      scorer_folder: a folder ``earm train-scorer --folds K`` wrote.
+      data: the LoCoMo data the build was made from (same content).
+      setting: the memory setting to record.
+      score_cache: the cache the build scored into (None: the manifest's).
+      cache_dir: the embedding cache (None: the default).
+    """
+
+    scorer_folder: str
+    data: str
+    setting: str = "turns"
+    score_cache: str | None = None
+    cache_dir: str | None = None
+
+
+def record_answers(job: RecordJob) -> tuple[RecordedAnswers, dict[str, int]]:
+    """The build's recorded answers for ``job.setting`` and, per conversation,
+    the pairs the cache lacked.
+
+    Raises:
+      ValueError: not a cross-fitted build, the setting was not built, the
+        data differs from the build's, or the cache holds none of its answers.
+    """
+    from earm_jax.scoring.cross_encoder import CrossEncoderSettings
+    from earm_jax.scoring.scorer_manifest import model_scorer, open_scorer_folder
+    from earm_jax.store.embeddings import Embedder, model_identity
+
+    folder = open_scorer_folder(job.scorer_folder)
+    manifest = folder.manifest
+    if manifest is None or len(manifest["folds"]) < 2:
+        raise ValueError(
+            f"scorer_folder {job.scorer_folder!r} is not a cross-fitted build "
+            "(earm train-scorer --folds K with K > 1): its answers on the "
+            "conversations it trained on would flatter it"
+        )
+    built = manifest["job"]
+    if job.setting not in manifest["memories"]:
+        raise ValueError(
+            f"setting {job.setting!r} was not built (the build has "
+            f"{', '.join(manifest['memories'])})"
+        )
+    conversations = select_conversations(
+        load_locomo(job.data), tuple(built["conversations"]), built["limit"]
+    )
+    digests = {c.sample_id: conversation_digest(c) for c in conversations}
+    recorded_digests = {e["id"]: e["digest"] for e in manifest["conversations"]}
+    if digests != recorded_digests:
+        raise ValueError(
+            f"data {job.data!r} is not the copy the build was made from (the "
+            "conversations or their texts differ)"
+        )
+    embedder = Embedder(built["embedding_model"], cache_dir=job.cache_dir)
+    if embedder.identity != manifest["embedding_model"]:
+        raise ValueError(
+            f"the build's pools came from {manifest['embedding_model']}, not "
+            f"{embedder.identity}"
+        )
+    streams = build_streams(
+        conversations, embedder, setting=job.setting, pool_size=built["pool_size"]
+    )
+    scoring = CrossEncoderSettings(**built["scoring"])
+    cache = ScoreCache(job.score_cache or manifest["score_cache"])
+    out: dict[str, RecordedConversation] = {}
+    blends, models, missing = {}, {}, {}
+    replays: dict[str, ReplayScorer] = {}
+    try:
+        for stream, conversation in zip(streams, conversations, strict=True):
+            choice = folder.choose(digests[conversation.sample_id])
+            if choice.in_sample:
+                raise ValueError(
+                    f"conversation {conversation.sample_id} has no fold that held it "
+                    "out"
+                )
+            blend = load_blend(choice.folder)
+            blends[choice.fold] = blend
+            models[choice.fold] = model_identity(choice.folder)
+            if choice.fold not in replays:
+                scorer = model_scorer(choice.folder, scoring, embedder)
+                try:
+                    replays[choice.fold] = ReplayScorer.from_cache(
+                        cache, scorer.identity
+                    )
+                finally:
+                    scorer.close()
+            replay = replays[choice.fold]
+            answers, failures = scorer_scores(stream, replay)
+            missing[conversation.sample_id] = sum(failures.values())
+            arrays = stream.arrays
+            logits = (
+                answer_logits(answers)
+                if blend is None
+                else unblend(answers, arrays.similarity, blend)
+            )
+            logits = np.where(arrays.valid, logits, np.nan)
+            out[conversation.sample_id] = RecordedConversation(
+                sample_id=conversation.sample_id,
+                digest=digests[conversation.sample_id],
+                fold=choice.fold,
+                query_sha256=digest_bytes(
+                    [text_sha256(text) for text in stream.meta.query_texts]
+                ),
+                memory_sha256=digest_bytes(
+                    [text_sha256(text) for text in stream.meta.memory_texts]
+                ),
+                candidates=np.where(arrays.valid, arrays.candidates, -1).astype(
+                    np.int32
+                ),
+                logits=logits.astype(np.float16),
+            )
+    finally:
+        cache.close()
+    if all(not np.isfinite(c.logits).any() for c in out.values()):
+        raise ValueError(
+            f"the score cache {cache.path!r} holds none of this build's answers "
+            f"for {job.setting} (pass the build's --score-cache)"
+        )
+    recorded = RecordedAnswers(
+        setting=job.setting,
+        scorer={
+            "kind": "cross-encoder",
+            "models": models,
+            "backend": "torch",
+            "precision": scoring.dtype,
+            "max_length": scoring.max_length,
+            "embedding_model": embedder.identity,
+        },
+        blends=blends,
+        manifest=without_machine_paths(manifest),
+        conversations=out,
+    )
+    return recorded, missing
+
+
+__all__ = ["RecordJob", "record_answers", "without_machine_paths"]

@@ -1,0 +1,266 @@
+"""A build's recorded answers: ``earm record-scores`` writes them from the
+build's score cache, ``earm locomo --scorer recorded`` replays them with no
+model and gives the cross-encoder's own answers; ``--mix`` and ``--budget-scale
+auto`` move along the axes the regime map needs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from earm_jax.cli import main
+from earm_jax.jobs.record_answers import RecordJob, record_answers
+from earm_jax.jobs.train_scorer import RECORDED_NAME
+from earm_jax.locomo.evaluate import scorer_scores
+from earm_jax.locomo.streams import build_streams
+from earm_jax.locomo.training_data import conversation_digest
+from earm_jax.scoring.cache import ScoreCache
+from earm_jax.scoring.recorded_answers import RecordedAnswers, blended_answers
+from earm_jax.scoring.replay import ReplayScorer
+from earm_jax.scoring.scorer_manifest import model_scorer, open_scorer_folder
+
+pytestmark = [pytest.mark.slow, pytest.mark.locomo]
+
+
+def _locomo(locomo_path, embedding_cache_dir, out, *extra):
+    return main.run(
+        [
+            "locomo",
+            "--data",
+            str(locomo_path),
+            "--conversations",
+            "26,30",
+            "--limit",
+            "4",
+            "--cache-dir",
+            str(embedding_cache_dir),
+            "--rank",
+            "2",
+            "--top-k",
+            "10",
+            "--resamples",
+            "50",
+            "--quiet",
+            "--json",
+            str(out),
+            *extra,
+        ]
+    )
+
+
+@pytest.fixture(scope="module")
+def recorded_file(trained_scorer, locomo_path, embedding_cache_dir, tmp_path_factory):
+    folder, cache, _ = trained_scorer
+    out = tmp_path_factory.mktemp("recorded") / "turns-scores.npz"
+    status = main.run(
+        [
+            "record-scores",
+            "--scorer-model",
+            str(folder),
+            "--data",
+            str(locomo_path),
+            "--score-cache",
+            str(cache),
+            "--cache-dir",
+            str(embedding_cache_dir),
+            "--out",
+            str(out),
+        ]
+    )
+    assert status == 0
+    return out
+
+
+def test_the_build_writes_its_recorded_answers(trained_scorer, recorded_file):
+    folder, _, manifest = trained_scorer
+    assert manifest["recorded_answers"] == {
+        "turns": RECORDED_NAME.format(setting="turns")
+    }
+    built = RecordedAnswers.load(folder / manifest["recorded_answers"]["turns"])
+    again = RecordedAnswers.load(recorded_file)
+    assert set(built.conversations) == {"26", "30"}
+    for sample, conversation in built.conversations.items():
+        np.testing.assert_array_equal(
+            conversation.logits, again.conversations[sample].logits
+        )
+    # The committed file names no folder of the machine that built it.
+    header = json.dumps(built.manifest)
+    assert str(folder.parent) not in header and str(folder) not in header
+
+
+def test_replayed_answers_are_the_cross_encoders_own(
+    trained_scorer, recorded_file, conversations, embedding_cache_dir
+):
+    from earm_jax.scoring.cross_encoder import CrossEncoderSettings
+    from earm_jax.store.embeddings import Embedder
+
+    folder, cache_path, manifest = trained_scorer
+    recorded = RecordedAnswers.load(recorded_file)
+    replay = ReplayScorer.from_recorded(recorded)
+    opened = open_scorer_folder(folder)
+    embedder = Embedder(cache_dir=str(embedding_cache_dir))
+    chosen = [c for c in conversations if c.sample_id in ("26", "30")]
+    from earm_jax.jobs.locomo import select_conversations
+
+    chosen = select_conversations(chosen, (), 4)
+    streams = build_streams(chosen, embedder, setting="turns", pool_size=200)
+    settings = CrossEncoderSettings(**manifest["job"]["scoring"])
+    with ScoreCache(cache_path) as cache:
+        for stream, conversation in zip(streams, chosen, strict=True):
+            choice = opened.choose(conversation_digest(conversation))
+            scorer = model_scorer(choice.folder, settings, embedder)
+            paid, _ = scorer_scores(
+                stream, ReplayScorer.from_cache(cache, scorer.identity)
+            )
+            scorer.close()
+            model, failures = scorer_scores(stream, replay)
+            assert not failures
+            again = blended_answers(
+                np.log(model) - np.log1p(-model),
+                stream.arrays.similarity,
+                recorded.blend_of(conversation.sample_id),
+            )
+            valid = stream.arrays.valid
+            assert np.isfinite(paid[valid]).all()
+            # float16 logits: a few parts in a thousand of an answer.
+            np.testing.assert_allclose(again[valid], paid[valid], atol=3e-3)
+
+
+def test_locomo_replays_them_with_no_model(
+    trained_scorer, recorded_file, locomo_path, embedding_cache_dir, tmp_path
+):
+    folder, cache, _ = trained_scorer
+    paid = tmp_path / "paid.json"
+    assert (
+        _locomo(
+            locomo_path,
+            embedding_cache_dir,
+            paid,
+            "--scorer",
+            "cross-encoder",
+            "--scorer-model",
+            str(folder),
+            "--score-cache",
+            str(cache),
+        )
+        == 0
+    )
+    replayed = tmp_path / "replayed.json"
+    assert (
+        _locomo(
+            locomo_path,
+            embedding_cache_dir,
+            replayed,
+            "--scorer",
+            "recorded",
+            "--scores",
+            str(recorded_file),
+        )
+        == 0
+    )
+    a, b = json.loads(paid.read_text()), json.loads(replayed.read_text())
+    qa, qb = a["runs"][0]["scorer_quality"], b["runs"][0]["scorer_quality"]
+    assert qb["auc"] == pytest.approx(qa["auc"], abs=5e-3)
+    assert b["scorer_counters"] == {
+        "pairs_sent": 0,
+        "failed_pairs_by_reason": {},
+        "cache_hits": 0,
+    }
+    assert "recorded answers" in b["scorer_note"]
+    assert b["recorded_answers"]["turns"]["folds"] == a["scorer_folds"]
+
+
+def test_the_quality_axis_reaches_the_oracle_and_similarity(
+    recorded_file, locomo_path, embedding_cache_dir, tmp_path
+):
+    points = {}
+    for mix in ("oracle:1", "similarity:1", "similarity:0.5"):
+        out = tmp_path / f"{mix.replace(':', '-')}.json"
+        args = ["--scorer", "recorded", "--scores", str(recorded_file), "--mix", mix]
+        assert _locomo(locomo_path, embedding_cache_dir, out, *args) == 0
+        points[mix] = json.loads(out.read_text())["runs"][0]["scorer_quality"]
+    oracle = points["oracle:1"]
+    assert oracle["auc"] == pytest.approx(1.0)
+    assert oracle["recall@10"]["full"] == pytest.approx(oracle["recall@10"]["oracle"])
+    similar = points["similarity:1"]
+    assert similar["recall@10"]["full"] == pytest.approx(
+        similar["recall@10"]["semantic"]
+    )
+    # The same order as similarity, up to how tied similarities are counted.
+    assert similar["auc"] == pytest.approx(similar["auc_similarity"], abs=2e-3)
+    half = points["similarity:0.5"]
+    assert half["auc"] != pytest.approx(similar["auc"], abs=1e-9)
+
+
+def test_auto_budget_scale_puts_top_similarity_at_the_cap(
+    recorded_file, locomo_path, embedding_cache_dir, tmp_path
+):
+    for cap in ("0.15", "0.5"):
+        out = tmp_path / f"auto-{cap}.json"
+        args = [
+            "--scorer",
+            "recorded",
+            "--scores",
+            str(recorded_file),
+            "--budget-scale",
+            "auto",
+            "--call-budget",
+            cap,
+        ]
+        assert _locomo(locomo_path, embedding_cache_dir, out, *args) == 0
+        payload = json.loads(out.read_text())
+        calls = payload["results"]
+        share = calls["top_similarity"]["calls"] / calls["full"]["calls"]
+        assert share == pytest.approx(float(cap), abs=0.01)
+        matched = payload["budget_scale_matched"]["turns"]
+        assert matched["share"] == pytest.approx(share)
+
+
+def test_mismatched_files_are_one_line(
+    recorded_file, locomo_path, embedding_cache_dir, tmp_path, capsys
+):
+    capsys.readouterr()
+    status = _locomo(
+        locomo_path,
+        embedding_cache_dir,
+        tmp_path / "x.json",
+        "--memories",
+        "observations",
+        "--scorer",
+        "recorded",
+        "--scores",
+        str(recorded_file),
+    )
+    err = capsys.readouterr().err
+    assert status == 2 and err.startswith("error:") and "observations" in err
+    assert len(err.strip().splitlines()) == 1
+    status = main.run(
+        [
+            "locomo",
+            "--data",
+            str(locomo_path),
+            "--conversations",
+            "41",
+            "--limit",
+            "2",
+            "--cache-dir",
+            str(embedding_cache_dir),
+            "--scorer",
+            "recorded",
+            "--scores",
+            str(recorded_file),
+            "--quiet",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert status == 2 and "no conversation 41" in err
+
+
+def test_record_scores_refuses_a_one_fold_model(trained_scorer, locomo_path, tmp_path):
+    folder, _, _ = trained_scorer
+    with pytest.raises(ValueError, match="not a cross-fitted build"):
+        record_answers(
+            RecordJob(scorer_folder=str(folder / "fold-0"), data=str(locomo_path))
+        )
