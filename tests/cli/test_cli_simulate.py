@@ -105,3 +105,31 @@ def test_bad_option_is_a_clear_error():
     result = CliRunner().invoke(_app(), ["simulate", "--pool-size", "3000"])
     assert result.exit_code != 0
     assert "--pool-size=3000 exceeds --memories=2000" in str(result.exception)
+
+
+def test_auto_budget_scale_pays_the_cap_and_reruns_from_json(tmp_path):
+    """``--budget-scale auto``: the anchored policies' measured calls are the
+    cap's share of Full's; the JSON records the scale, and ``--from-json``
+    reruns it."""
+    runner = CliRunner()
+    out = tmp_path / "auto.json"
+    args = ["simulate", *SMALL, "--call-budget", "0.2", "--budget-scale", "auto"]
+    result = runner.invoke(_app(), [*args, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(out.read_text())
+    results = payload["results"]
+    share = results["top_similarity"]["calls"] / results["full"]["calls"]
+    assert abs(share - 0.2) <= 0.01
+    matched = payload["budget_scale_matched"]
+    assert matched["share"] == share
+    assert payload["config"]["budget_scale"] == matched["scale"] != 1.0
+    again = tmp_path / "again.json"
+    result = runner.invoke(
+        _app(), ["simulate", "--from-json", str(out), "--json", str(again)]
+    )
+    assert result.exit_code == 0, result.output
+    rerun = json.loads(again.read_text())["results"]
+    assert rerun["top_similarity"]["calls"] == results["top_similarity"]["calls"]
+    bad = runner.invoke(_app(), ["simulate", *SMALL, "--budget-scale", "lots"])
+    assert bad.exit_code != 0
+    assert "--budget-scale must be a number or auto" in str(bad.exception)
