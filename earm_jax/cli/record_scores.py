@@ -57,6 +57,11 @@ def record_scores(
             recorded, missing = record_answers(job)
             recorded.save(out)
     summary = describe(recorded)
+    if recorded.manifest.get("complete") is False:
+        typer.echo(
+            "a stopped build: only the conversations its finished folds held out "
+            f"are recorded ({', '.join(summary['conversations'])})"
+        )
     if not quiet:
         lacking = sum(missing.values())
         typer.echo(

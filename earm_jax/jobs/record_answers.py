@@ -99,7 +99,7 @@ def record_answers(job: RecordJob) -> tuple[RecordedAnswers, dict[str, int]]:
 
     folder = open_scorer_folder(job.scorer_folder)
     manifest = folder.manifest
-    if manifest is None or len(manifest["folds"]) < 2:
+    if manifest is None or manifest["job"]["folds"] < 2:
         raise ValueError(
             f"scorer_folder {job.scorer_folder!r} is not a cross-fitted build "
             "(earm train-scorer --folds K with K > 1): its answers on the "
@@ -139,6 +139,10 @@ def record_answers(job: RecordJob) -> tuple[RecordedAnswers, dict[str, int]]:
         for stream, conversation in zip(streams, conversations, strict=True):
             choice = folder.choose(digests[conversation.sample_id])
             if choice.in_sample:
+                if manifest.get("complete") is False:
+                    # Its fold is not finished yet: a stopped build records
+                    # the conversations its finished folds held out.
+                    continue
                 raise ValueError(
                     f"conversation {conversation.sample_id} has no fold that held it "
                     "out"
@@ -181,7 +185,7 @@ def record_answers(job: RecordJob) -> tuple[RecordedAnswers, dict[str, int]]:
             )
     finally:
         cache.close()
-    if all(not np.isfinite(c.logits).any() for c in out.values()):
+    if not out or all(not np.isfinite(c.logits).any() for c in out.values()):
         raise ValueError(
             f"the score cache {cache.path!r} holds none of this build's answers "
             f"for {job.setting} (pass the build's --score-cache)"

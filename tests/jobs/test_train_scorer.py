@@ -127,6 +127,19 @@ def test_a_stopped_build_keeps_its_finished_folds(
         choice = folder.choose(conversation_digest(conversation))
         assert choice.known
         assert choice.in_sample == (conversation.sample_id not in held)
+    # Its answers so far are recorded: only what the finished fold held out.
+    from earm_jax.jobs.record_answers import RecordJob, record_answers
+
+    recorded, missing = record_answers(
+        RecordJob(
+            scorer_folder=str(out),
+            data=str(locomo_path),
+            score_cache=job.score_cache,
+            cache_dir=job.cache_dir,
+        )
+    )
+    assert set(recorded.conversations) == held and sum(missing.values()) == 0
+    assert recorded.manifest["complete"] is False
 
     # Resumed with other settings: refused, naming the option.
     with pytest.raises(ValueError, match="resume: .* other settings"):
