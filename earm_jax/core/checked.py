@@ -5,8 +5,10 @@ What is checked where:
 * **Shapes, dtypes and argument types** are static, so ``select``/``observe``
   check them at trace time, under ``jit`` too (``ValueError`` /
   :class:`~earm_jax.core.config.InputTypeError` naming the field).
-* **Values** (a candidate id outside ``[0, num_memories)``, an observed score
-  that is NaN, infinite or outside [0, 1]) are checked on the host only when
+* **Values** (a candidate id outside ``[0, num_memories)``, a memory listed
+  twice in one pool, a non-finite similarity of a valid candidate, an
+  observed score that is NaN, infinite or outside [0, 1]) are checked on the
+  host only when
   the arrays are concrete (eager calls:
   :func:`~earm_jax.core.config.check_query_values`,
   :func:`~earm_jax.core.config.check_observation_values`). Under ``jit``,
@@ -16,9 +18,9 @@ What is checked where:
 
 :func:`checked` adds the value checks as :mod:`jax.experimental.checkify`
 checks, so a traced caller gets an error naming the field and position. They
-also cover what the host checks do not: a non-finite similarity of a valid
-candidate, and an observation masked in at a padding candidate
-(``query.valid`` False). Functionalise the checked functions with
+also cover what the host checks do not: an observation masked in at a padding
+candidate (``query.valid`` False). A repeated id is not checked under
+``jit``. Functionalise the checked functions with
 ``checkify.checkify`` (before or after ``jit``) and call ``err.throw()``:
 
 >>> import jax, jax.numpy as jnp

@@ -269,11 +269,24 @@ def validate_config(config: SolverConfig) -> None:
 
 
 def check_policy(config: SolverConfig, policy: Policy) -> None:
-    """Raises ``ValueError`` when ``policy`` was built for another pool size."""
+    """Raises ``ValueError`` when ``policy`` was built for another pool size,
+    :class:`InputTypeError` when it or its parts are not what they must be."""
     if not isinstance(policy, Policy):
         raise InputTypeError(
             f"policy must be an earm_jax.Policy, got {type(policy).__name__}"
         )
+    for part in ("budget", "anchors"):
+        if not callable(getattr(policy, part)):
+            value = getattr(policy, part)
+            raise InputTypeError(
+                f"Policy.{part} must be a function, got {type(value).__name__} "
+                f"{value!r}"
+                + (
+                    " (a fixed budget is constant_budget(k))"
+                    if part == "budget"
+                    else ""
+                )
+            )
     if policy.pool_size is not None and policy.pool_size != config.pool_size:
         raise ValueError(
             f"Policy.pool_size={policy.pool_size} (its budget schedule is fractions "
@@ -322,12 +335,14 @@ def _host_values(leaf: Any) -> np.ndarray | None:
 
 
 def check_query_values(config: SolverConfig, query: Query) -> None:
-    """Raises ``ValueError`` when a valid candidate is not a memory id.
+    """Raises ``ValueError`` when a valid candidate is not a memory id, appears
+    twice in the pool, or has a NaN or infinite similarity.
 
-    A value check: it runs where the ids are known on the host (eager calls,
-    or by hand before a jitted ``select``/``observe``); under ``jit`` an id
-    outside ``[0, num_memories)`` is treated as unusable (never anchored,
-    ``-inf`` in the scores).
+    A value check: it runs where the values are known on the host (eager
+    calls, or by hand before a jitted ``select``/``observe``). Under ``jit``
+    an id outside ``[0, num_memories)`` is treated as unusable (never
+    anchored, ``-inf`` in the scores); a repeated id or a non-finite
+    similarity is not detected there, and its results are undefined.
     """
     candidates, valid = _host_values(query.candidates), _host_values(query.valid)
     if candidates is None or valid is None:
@@ -339,6 +354,27 @@ def check_query_values(config: SolverConfig, query: Query) -> None:
             f"query.candidates[{position}]={int(candidates[position])} is not a "
             f"memory id in [0, num_memories={config.num_memories}); mark padding "
             "with query.valid=False"
+        )
+    positions = np.flatnonzero(valid)
+    ids = candidates[positions]
+    unique, first, counts = np.unique(ids, return_index=True, return_counts=True)
+    if (counts > 1).any():
+        repeated = int(unique[counts > 1][0])
+        where = positions[ids == repeated][:2].tolist()
+        raise ValueError(
+            f"query.candidates holds memory {repeated} twice (positions {where[0]} "
+            f"and {where[1]}): a pool lists each memory once"
+        )
+    similarity = _host_values(query.similarity)
+    if similarity is None:
+        return
+    bad = valid & ~np.isfinite(similarity)
+    if bad.any():
+        position = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"query.similarity[{position}]={float(similarity[position])} is not "
+            "finite; every valid candidate needs a finite similarity (mark "
+            "padding with query.valid=False)"
         )
 
 
@@ -405,6 +441,11 @@ def _check_fields(value: Any, expected: dict, name: str, kind: type) -> None:
         )
     for field, (shape, kind) in expected.items():
         leaf = getattr(value, field)
+        if isinstance(leaf, list | tuple):
+            raise InputTypeError(
+                f"{name}.{field} must be an array, got a Python "
+                f"{type(leaf).__name__}; wrap it: jnp.asarray(..., dtype)"
+            )
         leaf_shape = jnp.shape(leaf)
         leaf_dtype = jnp.result_type(leaf)
         if leaf_shape != shape:

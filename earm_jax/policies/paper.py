@@ -14,7 +14,7 @@ def paper_policy(
     high_fraction: float = 0.1,
     block_size: int = 10,
     stage_ratios: Sequence[float] = PAPER_STAGE_RATIOS,
-    budget: BudgetFn | None = None,
+    budget: BudgetFn | int | None = None,
 ) -> Policy:
     """The paper's policy: the stage schedule and stratified anchor sampling.
 
@@ -25,7 +25,11 @@ def paper_policy(
       stage_ratios: each stage's budget as a fraction of the pool (paper:
         200/80/50/40/35 of 200).
       budget: any other schedule instead of the stage schedule (then the
-        policy does not record ``pool_size``: the schedule is the caller's).
+        policy does not record ``pool_size``: the schedule is the caller's),
+        or an int: that many anchors every query (``constant_budget``),
+        refused above ``pool_size``. A schedule's budget is clipped per query
+        to ``[0, max_budget]`` and to the candidates usable then, so a budget
+        above the pool pays for the whole pool, as Full does.
     """
     return _staged(
         pool_size, block_size, stage_ratios, budget, stratified_anchors(high_fraction)
@@ -36,7 +40,7 @@ def top_similarity_policy(
     pool_size: int = 200,
     block_size: int = 10,
     stage_ratios: Sequence[float] = PAPER_STAGE_RATIOS,
-    budget: BudgetFn | None = None,
+    budget: BudgetFn | int | None = None,
 ) -> Policy:
     """Scores the ``B_t`` most similar candidates (the strong equal-calls baseline)."""
     return _staged(
@@ -48,12 +52,27 @@ def _staged(
     pool_size: int,
     block_size: int,
     stage_ratios: Sequence[float],
-    budget: BudgetFn | None,
+    budget: BudgetFn | int | None,
     anchors: AnchorFn,
 ) -> Policy:
     """``anchors`` under the stage schedule, or under ``budget`` when one is
-    given (then the policy does not record ``pool_size``)."""
+    given (then the policy does not record ``pool_size``); an int budget is
+    :func:`constant_budget` of it, refused above the pool."""
+    if isinstance(budget, int) and not isinstance(budget, bool):
+        if not 0 <= budget <= pool_size:
+            raise ValueError(
+                f"budget must be in [0, pool_size={pool_size}], got {budget} (a "
+                "query never pays for more than its pool)"
+            )
+        return Policy(
+            budget=constant_budget(budget), anchors=anchors, pool_size=pool_size
+        )
     if budget is not None:
+        if not callable(budget):
+            raise TypeError(
+                f"budget must be a schedule (count -> int32[]) or an int, got "
+                f"{type(budget).__name__} {budget!r}"
+            )
         return Policy(budget=budget, anchors=anchors, pool_size=None)
     schedule = stage_schedule(pool_size, block_size, stage_ratios)
     return Policy(budget=schedule, anchors=anchors, pool_size=pool_size)

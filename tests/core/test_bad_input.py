@@ -131,3 +131,68 @@ def test_swapped_observe_arguments_raise_naming_the_argument():
         TypeError, match=r"query must be an earm_jax\.Query, got Observation"
     ):
         solver.observe(state, observation, _query())
+
+
+def test_a_memory_twice_in_one_pool_is_refused_naming_the_positions():
+    solver, state = _solver()
+    ids = np.arange(POOL)
+    ids[5] = 2
+    with pytest.raises(ValueError, match=r"memory 2 twice \(positions 2 and 5\)"):
+        solver.select(jax.random.key(1), state, _query(ids))
+    # At padding a repeat is allowed: padding is not a memory.
+    valid = np.ones(POOL, bool)
+    valid[5] = False
+    padded = ej.Query(jnp.asarray(ids, jnp.int32), jnp.linspace(1, 0, POOL), valid)
+    solver.select(jax.random.key(1), state, padded)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_non_finite_similarity_is_refused_naming_it(bad):
+    solver, state = _solver()
+    similarity = np.linspace(1, 0, POOL)
+    similarity[4] = bad
+    query = ej.Query(
+        jnp.arange(POOL, dtype=jnp.int32),
+        jnp.asarray(similarity, jnp.float32),
+        jnp.ones(POOL, bool),
+    )
+    with pytest.raises(ValueError, match=r"query\.similarity\[4\]=.* not finite"):
+        solver.select(jax.random.key(1), state, query)
+    with pytest.raises(ValueError, match=r"query\.similarity\[4\]"):
+        solver.observe(state, query, _observation(np.full(POOL, 0.5)))
+    # -inf at padding is how LoCoMo's pools are padded: allowed.
+    valid = np.ones(POOL, bool)
+    valid[4] = False
+    solver.select(jax.random.key(1), state, query._replace(valid=jnp.asarray(valid)))
+
+
+def test_python_lists_in_a_query_are_refused_with_the_fix():
+    solver, state = _solver()
+    query = ej.Query(list(range(POOL)), jnp.linspace(1, 0, POOL), jnp.ones(POOL, bool))
+    with pytest.raises(TypeError, match=r"query\.candidates must be an array.*list"):
+        solver.select(jax.random.key(1), state, query)
+
+
+def test_an_int_budget_is_a_constant_budget_and_refused_above_the_pool():
+    policy = ej.paper_policy(pool_size=POOL, budget=3)
+    assert int(policy.budget(0)) == int(policy.budget(500)) == 3
+    assert policy.pool_size == POOL
+    solver = ej.online_solver(
+        ej.SolverConfig(
+            num_memories=30, capacity=4, pool_size=POOL, max_budget=POOL, rank=2
+        ),
+        policy,
+    )
+    state = solver.init(jax.random.key(0))
+    assert int(solver.select(jax.random.key(1), state, _query()).sum()) == 3
+    with pytest.raises(ValueError, match=r"budget must be in \[0, pool_size=8\]"):
+        ej.top_similarity_policy(pool_size=POOL, budget=POOL + 1)
+    with pytest.raises(TypeError, match="budget must be a schedule"):
+        ej.paper_policy(pool_size=POOL, budget="ten")
+    with pytest.raises(TypeError, match="Policy.budget must be a function"):
+        ej.online_solver(
+            ej.SolverConfig(
+                num_memories=30, capacity=4, pool_size=POOL, max_budget=POOL
+            ),
+            ej.Policy(budget=10, anchors=policy.anchors),
+        )
