@@ -1,7 +1,7 @@
 """earm_jax: experience-amortized LLM reranking for long-term agent memory, in JAX.
 
 This namespace re-exports the pure-JAX core (no host I/O, no global JAX
-settings changed at import). The layers, bottom up (README "Architecture"):
+settings changed at import). The layers, bottom up (docs/architecture.md):
 ``types``/``base`` -> ``core`` -> ``policies`` -> ``settings`` -> ``eval`` ->
 ``store`` -> ``scoring`` -> ``retriever``/``locomo`` -> ``jobs`` -> ``cli``;
 host-side layers are imported on demand, never by this module.

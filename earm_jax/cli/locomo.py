@@ -238,7 +238,8 @@ def locomo(
     limit: Limit = 0,
     quiet: Quiet = False,
 ) -> None:
-    """Run all seven policies per LoCoMo conversation and report them with CIs."""
+    """Run the paper's seven policies (--preset best adds best) per LoCoMo
+    conversation and report them with CIs."""
     from earm_jax.jobs.locomo import LocomoJob
     from earm_jax.jobs.progress import Progress
 
@@ -358,6 +359,14 @@ def locomo(
                 f"{quality['reliability']['ece']:.3f}",
                 markup=False,
             )
+    if len(first_per_query.stage) and int(first_per_query.stage.max()) == 0:
+        console.print(
+            "note: every question fell in the schedule's first stage (the first "
+            "block of questions of a conversation scores the whole pool), so the "
+            "anchored policies equal Full here; raise --limit above the block "
+            "size (10) to see them differ",
+            markup=False,
+        )
     console.print(payload["scorer_note"], markup=False)
     faults = payload["data_faults"]
     console.print(

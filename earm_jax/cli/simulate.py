@@ -122,7 +122,8 @@ def simulate(
     ] = None,
     quiet: Quiet = False,
 ) -> None:
-    """Run all seven policies on simulated streams and print policy x metric."""
+    """Run the paper's seven policies (--preset best adds best) on simulated
+    streams and print policy x metric."""
     from earm_jax.jobs.progress import Progress
     from earm_jax.jobs.simulation import (
         SimulationSettings,

@@ -127,7 +127,7 @@ def open_scorer_folder(path: str | os.PathLike[str]) -> TrainedScorerFolder:
                 f"{str(root)!r} is neither a trained-scorer folder (no "
                 f"{MANIFEST_NAME}) nor a model folder (no config.json)"
             )
-        return TrainedScorerFolder(root, None)
+        return _one_fold(root)
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as error:
@@ -150,6 +150,21 @@ def open_scorer_folder(path: str | os.PathLike[str]) -> TrainedScorerFolder:
                 "is missing or not a model folder"
             )
     return TrainedScorerFolder(root, manifest)
+
+
+def _one_fold(root: Path) -> TrainedScorerFolder:
+    """A model folder: one fold of the build beside it (so the conversations
+    that fold trained on are still refused), else a plain model folder."""
+    parent = root.parent / MANIFEST_NAME
+    if parent.is_file():
+        try:
+            build = open_scorer_folder(root.parent)
+        except ValueError:
+            return TrainedScorerFolder(root, None)
+        mine = [f for f in build.folds if (root.parent / f["folder"]) == root]
+        if build.manifest is not None and mine:
+            return TrainedScorerFolder(root.parent, {**build.manifest, "folds": mine})
+    return TrainedScorerFolder(root, None)
 
 
 __all__ = [

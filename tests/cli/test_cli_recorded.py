@@ -129,9 +129,10 @@ def test_replayed_answers_are_the_cross_encoders_own(
 
 
 def test_locomo_replays_them_with_no_model(
-    trained_scorer, recorded_file, locomo_path, embedding_cache_dir, tmp_path
+    trained_scorer, recorded_file, locomo_path, embedding_cache_dir, tmp_path, capsys
 ):
     folder, cache, _ = trained_scorer
+    capsys.readouterr()
     paid = tmp_path / "paid.json"
     assert (
         _locomo(
@@ -159,6 +160,10 @@ def test_locomo_replays_them_with_no_model(
             str(recorded_file),
         )
         == 0
+    )
+    # Four questions a conversation never leave the first stage: said so.
+    assert (
+        "every question fell in the schedule's first stage" in capsys.readouterr().out
     )
     a, b = json.loads(paid.read_text()), json.loads(replayed.read_text())
     qa, qb = a["runs"][0]["scorer_quality"], b["runs"][0]["scorer_quality"]

@@ -205,3 +205,22 @@ def test_held_back_quality_counts_only_the_held_back_questions(trained_scorer):
         held_back = sum(fold["held_back_questions"].values())
         assert 0 < quality["queries"] <= held_back
         assert quality["queries"] < fold["held_out_quality"]["turns"]["queries"]
+
+
+def test_a_fold_folder_given_alone_still_refuses_what_it_trained_on(
+    trained_scorer, conversations
+):
+    """``--scorer-model build/fold-0`` (the folder ``earm mcp`` takes) is that
+    fold of the build beside it: the conversations it trained on stay in
+    sample, the one it held out is scored by it."""
+    folder, _, manifest = trained_scorer
+    by_id = {c.sample_id: c for c in conversations}
+    for fold in manifest["folds"]:
+        opened = open_scorer_folder(folder / fold["folder"])
+        assert [f["name"] for f in opened.folds] == [fold["name"]]
+        for entry in fold["held_out"]:
+            choice = opened.choose(conversation_digest(by_id[entry["id"]]))
+            assert not choice.in_sample
+            assert choice.folder == folder / fold["folder"]
+        for entry in fold["trained_on"]:
+            assert opened.choose(conversation_digest(by_id[entry["id"]])).in_sample
