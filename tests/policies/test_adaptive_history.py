@@ -222,8 +222,39 @@ def test_history_rows_narrower_than_the_per_query_cap_are_refused():
         )
 
 
+def test_the_learned_call_order_pays_where_the_learned_order_points():
+    """``call_order="learned"``: the first round pays the most similar, later
+    rounds the unscored highest in the learned order (here the memory-bias
+    feature), deep in the similarity order; the default pays by similarity."""
+    config = CONFIG._replace(call_budget=1.0, round_sizes=(2, 2), call_order="learned")
+    query = Query(
+        jnp.arange(POOL, dtype=jnp.int32),
+        -jnp.arange(POOL, dtype=jnp.float32),
+        jnp.ones(POOL, bool),
+    )
+    bias = jnp.zeros(POOL).at[12].set(5.0).at[13].set(4.0)
+    ledger = (
+        ad.adaptive_policy(config)
+        .init()
+        ._replace(order_gram=jnp.eye(3) * 100.0, order_rhs=jnp.array([0.0, 0.5, 30.0]))
+    )
+    answers = jnp.full(POOL, 0.5)
+    paid = {}
+    for order in ("learned", "similarity"):
+        policy = ad.adaptive_policy(config._replace(call_order=order))
+        _, info = policy.score_query(ledger, query, lambda mask: answers, None, bias)
+        paid[order] = set(np.flatnonzero(np.asarray(info.anchors)).tolist())
+    assert paid["learned"] == {0, 1, 12, 13}
+    assert paid["similarity"] == {0, 1, 2, 3}
+    # A fresh ledger has learned nothing: its order is similarity's.
+    policy = ad.adaptive_policy(config)
+    _, info = policy.score_query(policy.init(), query, lambda mask: answers, None, bias)
+    assert set(np.flatnonzero(np.asarray(info.anchors)).tolist()) == {0, 1, 2, 3}
+
+
 @pytest.mark.parametrize(
-    "field, value", [("unscored_order", "random"), ("order_ridge", 0.0)]
+    "field, value",
+    [("unscored_order", "random"), ("order_ridge", 0.0), ("call_order", "random")],
 )
 def test_bad_order_config_raises_naming_the_field(field, value):
     with pytest.raises(ValueError, match=field):

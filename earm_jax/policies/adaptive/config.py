@@ -23,6 +23,13 @@ default: ``"learned"`` by a relevance model fitted online on the scored ones
 (similarity and the memory's bias in the experience matrix),
 ``"similarity"`` by similarity alone."""
 
+CALL_ORDERS = ("similarity", "learned")
+"""Which unscored candidates a round pays for; the first is the default:
+``"similarity"`` the most similar, ``"learned"`` (after the first round) the
+highest in the learned order of the unscored candidates (similarity and the
+memory-bias feature, weighted by what earlier queries' answers taught), so
+calls can reach deep in the pool where the learned order points."""
+
 ORDER_FEATURES = 3
 """Features of the learned order: 1, standardised similarity, standardised
 memory bias."""
@@ -64,6 +71,7 @@ class AdaptiveConfig(NamedTuple):
       unscored_order: one of :data:`UNSCORED_ORDERS` (the first is the default);
         applies to the ``answers_first``, ``confident_no`` and ``evidence`` merges.
       order_ridge: ridge penalty of the learned order's regression.
+      call_order: one of :data:`CALL_ORDERS` (the first is the default).
     """
 
     pool_size: int
@@ -83,6 +91,7 @@ class AdaptiveConfig(NamedTuple):
     hit_spread: bool = True
     unscored_order: str = "learned"
     order_ridge: float = 1.0
+    call_order: str = "similarity"
 
     @property
     def num_rounds(self) -> int:
@@ -138,6 +147,10 @@ def validate_adaptive_config(config: AdaptiveConfig) -> None:
             f"unscored_order must be one of {UNSCORED_ORDERS}, "
             f"got {config.unscored_order!r}"
         )
+    if config.call_order not in CALL_ORDERS:
+        raise ValueError(
+            f"call_order must be one of {CALL_ORDERS}, got {config.call_order!r}"
+        )
     if not config.order_ridge > 0:
         raise ValueError(f"order_ridge must be > 0, got {config.order_ridge!r}")
 
@@ -152,6 +165,7 @@ def geometric_round_sizes(first: int, num_rounds: int, factor: float = 2.0):
 
 
 __all__ = [
+    "CALL_ORDERS",
     "MERGES",
     "ORDER_FEATURES",
     "STOP_RULES",

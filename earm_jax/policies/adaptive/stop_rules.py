@@ -23,6 +23,7 @@ import jax.numpy as jnp
 
 from earm_jax.policies.adaptive.answer_model import AnswerModel
 from earm_jax.policies.adaptive.config import UNITS, AdaptiveConfig
+from earm_jax.policies.adaptive.order import unscored_tier
 from earm_jax.policies.adaptive.state import Ledger, RoundState, similarity_ranks
 from earm_jax.types import Array
 
@@ -83,8 +84,13 @@ def round_selector(
 
     def select_round(ledger: Ledger, rs: RoundState) -> Array:
         open_ = rs.usable & ~rs.scored
-        # Next candidates: the most similar unscored ones (ranks among the open).
-        open_rank = similarity_ranks(-rs.rank.astype(jnp.float32), open_)
+        # Next candidates: the most similar unscored ones (ranks among the open),
+        # or after the first round the highest in the learned order.
+        priority = -rs.rank.astype(jnp.float32)
+        if config.call_order == "learned":
+            learned = unscored_tier(config, ledger, rs)
+            priority = jnp.where(rs.round > 0, learned, priority)
+        open_rank = similarity_ranks(priority, open_)
         size = sizes[jnp.minimum(rs.round, num_rounds - 1)]
         size = jnp.minimum(size, rs.limit - rs.calls)
         unsettled = ~model.settled(ledger, rs)
