@@ -26,14 +26,18 @@ guarded files stay locked, so no second writer gets in.)
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import shutil
 import socket
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from earm_jax.store.journal_format import DiskFullError
 
 LOCK_NAME = "lock"
 
@@ -146,15 +150,25 @@ class FolderLock:
                 raise FolderLockedError(self.folder, holder, detail)
             time.sleep(0.05)
         fd = self._fds[LOCK_NAME]
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(record).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(record).encode(), 0)
+        except BaseException as error:
+            # A failed open must not leave the folder locked against this
+            # very process: give back every lock and handle taken above.
+            self.release()
+            raise _disk_full(self.folder, error) from error
 
     def _lock_files(self, names: Sequence[str]) -> None:
         """Locks every file of ``names`` or none (raises ``BlockingIOError``
         with the holder and a detail)."""
         for name in names:
             path = self.folder / name
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError as error:
+                self._unlock_all()
+                raise _disk_full(self.folder, error) from error
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -228,6 +242,26 @@ class FolderLock:
         except FileNotFoundError:
             return False
         return (status.st_dev, status.st_ino) == _identity(self._fds[name])
+
+
+def _disk_full(folder: Path, error: BaseException) -> BaseException:
+    """``error`` as a :class:`DiskFullError` naming the folder and its free
+    bytes when it is one (ENOSPC, EDQUOT); otherwise ``error`` itself."""
+    if not isinstance(error, OSError) or error.errno not in (
+        errno.ENOSPC,
+        errno.EDQUOT,
+    ):
+        return error
+    try:
+        free = f"{shutil.disk_usage(folder).free:,} bytes free"
+    except OSError:
+        free = "free space unknown"
+    return DiskFullError(
+        error.errno,
+        f"{folder}: the disk is full ({free}) while taking the folder's lock: "
+        "nothing was opened and the folder is not locked; free some space and "
+        "open it again",
+    )
 
 
 __all__ = [

@@ -155,3 +155,58 @@ def test_tenants_open_once_under_concurrent_first_use(tmp_path):
         assert len({id(r) for r in got[1::2]}) == 1
         assert got[0] is not got[1]
         assert tenants.tenants() == ["alice", "bob"]
+
+
+def _full_once(monkeypatch, function: str):
+    """The next call of ``os.<function>`` in the lock module fails with ENOSPC."""
+    import errno
+
+    import earm_jax.store.lock as lock_module
+
+    real = getattr(os, function)
+    calls = []
+
+    def full(*args, **kwargs):
+        if not calls:
+            calls.append(1)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lock_module.os, function, full)
+
+
+@pytest.mark.parametrize("function", ["pwrite", "open"])
+def test_a_full_disk_while_locking_leaves_the_folder_unlocked(
+    tmp_path, monkeypatch, function
+):
+    """Writing (or creating) the lock file on a full disk is a DiskFullError
+    naming the folder and its free bytes, and leaves nothing held: the same
+    process opens the folder once space is back."""
+    from earm_jax.store.journal import DiskFullError
+
+    folder = tmp_path / "memory"
+    folder.mkdir()
+    _full_once(monkeypatch, function)
+    with pytest.raises(DiskFullError, match=r"the disk is full \(.*free"):
+        FolderLock(folder, guarded=("journal.sqlite",))
+    monkeypatch.undo()
+    with FolderLock(folder, guarded=("journal.sqlite",)) as lock:
+        assert lock.held
+    assert oct((folder / "lock").stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_retriever_opened_on_a_full_disk_opens_again_in_the_same_process(
+    tmp_path, monkeypatch
+):
+    from earm_jax.store.journal import DiskFullError
+
+    folder = tmp_path / "memory"
+    _full_once(monkeypatch, "pwrite")
+    with pytest.raises(DiskFullError):
+        _open(folder)
+    monkeypatch.undo()
+    retriever = _open(folder)
+    try:
+        retriever.add(["Caroline moved from Sweden."])
+    finally:
+        retriever.close()
