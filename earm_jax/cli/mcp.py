@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import shutil
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -94,8 +96,19 @@ def register(app: typer.Typer) -> None:
         with user_errors("use letters, digits and @+._- for --tenant"):
             tenant_folder(folder, tenant)
         scorer = _scorer(scorer_model, scorer_url, scorer_name, scorer_mode)
+        # No embedding cache on disk: each tenant's journal keeps its memories'
+        # vectors, and a shared cache would keep a forgotten text's digest and
+        # vector after `forget`. One that an earlier version left goes now.
+        stale = folder / ".embedding-cache"
+        if stale.is_dir():
+            shutil.rmtree(stale)
+            print(
+                f"earm mcp: removed {stale} (an embedding cache that outlived "
+                "forgotten memories); the tenants' journals keep what they need",
+                file=sys.stderr,
+            )
         with user_errors("pass a sentence-transformers folder to --embedder"):
-            text_embedder = Embedder(embedder, cache_dir=folder / ".embedding-cache")
+            text_embedder = Embedder(embedder, cache_dir=False)
         with TenantRetrievers(folder, scorer, text_embedder) as tenants:
             with user_errors("fix the folder or use another one"):
                 tenants.get(tenant)  # open (or create) before serving

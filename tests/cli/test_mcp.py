@@ -179,6 +179,11 @@ def test_stdio_server_survives_sigkill(
 ):
     turns, questions = locomo_turns
     folder = tmp_path / "memory"
+    # An embedding cache an earlier version kept beside the tenants (it
+    # outlived forgotten texts): removed at start, and none is made again.
+    stale = folder / ".embedding-cache"
+    stale.mkdir(parents=True)
+    (stale / "embeddings-old.sqlite").write_bytes(b"a forgotten text's vector")
     command = _command(folder, scorer_model)
     params = StdioServerParameters(
         command=command[0], args=command[1:], env=_env(compilation_cache)
@@ -197,6 +202,8 @@ def test_stdio_server_survives_sigkill(
     assert len(acknowledged["ids"]) == 49
     time.sleep(0.5)
     asyncio.run(_second_session(client_of, acknowledged, questions))
+    assert not stale.exists()
+    assert not list(folder.rglob("embeddings-*.sqlite"))
 
 
 def _free_port() -> int:
