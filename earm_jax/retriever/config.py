@@ -180,7 +180,11 @@ class Retrieved:
       memory_ids: the top-``k`` memory ids, in chronological order.
       texts: their texts.
       metadata: their metadata.
-      scores: their mixed scores (direct score where anchored).
+      scores: their scores in [0, 1]: the scorer's direct answer where
+        anchored at this query, else the completion's estimate of it (the
+        solver's mixed score). The order is the policy's: ``best`` ranks every
+        paid answer above the unpaid candidates, so a score need not fall
+        along ``ranked_ids``.
       anchored: whether each was scored directly at this query.
       calls: pairs sent to the scorer for this query (unpaid before).
       cache_hits: anchors answered from scores paid earlier.

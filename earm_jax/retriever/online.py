@@ -244,6 +244,10 @@ class OnlineRetriever(
         # The best preset ranks by its own merge of direct answers and
         # similarity (policies/adaptive.py); the paper's by the mixed scores.
         scores = np.asarray(info.scores if adaptive is None else adaptive[1].scores)
+        # What a caller is shown is on one scale whatever ranked it: the direct
+        # answer where paid, the completion's estimate elsewhere, in [0, 1]
+        # (best's merge keys order candidates but are not scores).
+        shown = np.asarray(info.scores)
         budget = int(info.budget if adaptive is None else adaptive[1].limit)
         valid = np.asarray(query.valid)
         candidates = np.asarray(query.candidates)
@@ -286,7 +290,7 @@ class OnlineRetriever(
             memory_ids=[self._ids[candidates[p]] for p in chosen],
             texts=[self._texts[candidates[p]] for p in chosen],
             metadata=[dict(self._metadata[candidates[p]]) for p in chosen],
-            scores=[float(scores[p]) for p in chosen],
+            scores=[float(shown[p]) for p in chosen],
             anchored=[bool(mask[p]) for p in chosen],
             calls=calls,
             cache_hits=hits,

@@ -112,3 +112,18 @@ def test_a_snapshot_of_an_older_ledger_layout_is_replaced_by_a_full_replay(tmp_p
             assert (got == want).all()
     assert [a.memory_ids for a in answers] == [a.memory_ids for a in expected]
     assert [a.calls for a in answers] == [a.calls for a in expected]
+
+
+def test_best_reports_scores_in_zero_one_never_its_merge_keys(tmp_path):
+    """``best`` ranks by merge keys (a paid answer + 2 above the unpaid), but
+    a caller is shown the direct answer where paid and the completion
+    elsewhere, in [0, 1]."""
+    with _open(tmp_path / "best") as retriever:
+        retriever.add(memories(40))
+        answers = [retriever.query(q, k=8) for q in queries(12)]
+    assert any(any(a.anchored) for a in answers)
+    for answer in answers:
+        assert all(0.0 <= s <= 1.0 for s in answer.scores), answer.scores
+        for score, paid in zip(answer.scores, answer.anchored, strict=True):
+            if paid:  # a paid memory shows the scorer's own answer
+                assert min(abs(score - 1.0), abs(score - 0.05)) < 1e-6
