@@ -171,12 +171,24 @@ def build_server(
         ids: Annotated[list[Id], Field(description="The ids to read.")],
         tenant: Tenant = None,
     ) -> dict[str, Any]:
-        """The memories ``ids``."""
-        found = await call(tenant, lambda r: r.aget(ids))
+        """The memories ``ids`` that exist, and the ids that do not (never
+        stored, or forgotten)."""
+
+        async def read(retriever: OnlineRetriever) -> tuple[list, list]:
+            found, missing = [], []
+            for one in ids:
+                try:
+                    found.extend(await retriever.aget([one]))
+                except KeyError:
+                    missing.append(one)
+            return found, missing
+
+        found, missing = await call(tenant, read)
         return {
             "memories": [
                 {"id": m.id, "text": m.text, "metadata": m.metadata} for m in found
-            ]
+            ],
+            "missing": missing,
         }
 
     @server.tool()

@@ -123,8 +123,13 @@ async def _first_session(client_of, kill, turns, questions) -> dict:
             acknowledged["recalls"] += 1
             assert gone not in {m["id"] for m in reply.structured_content["memories"]}
             # Errors are tool errors with one line; the server keeps serving.
+            # get returns what exists and names what does not.
+            some = list(acknowledged["ids"])[:2]
+            reply = await client.call_tool("get", {"ids": [*some, gone]})
+            assert not reply.is_error, reply.content
+            assert [m["id"] for m in reply.structured_content["memories"]] == some
+            assert reply.structured_content["missing"] == [gone]
             for name, arguments in (
-                ("get", {"ids": [gone]}),
                 ("recall", {"query": "   ", "k": 5}),
                 ("remember", {"text": "x", "tenant": "../escape"}),
                 ("update", {"id": "no-such-id", "text": "y"}),
@@ -165,7 +170,8 @@ async def _second_session(client_of, acknowledged, questions) -> None:
         stored = {m["id"]: m["text"] for m in reply.structured_content["memories"]}
         assert stored == acknowledged["ids"]
         reply = await client.call_tool("get", {"ids": [acknowledged["gone"]]})
-        assert reply.is_error
+        assert not reply.is_error and not reply.structured_content["memories"]
+        assert reply.structured_content["missing"] == [acknowledged["gone"]]
         reply = await client.call_tool("recall", {"query": questions[2], "k": 49})
         got = {m["id"] for m in reply.structured_content["memories"]}
         assert acknowledged["gone"] not in got and len(got) == 49
