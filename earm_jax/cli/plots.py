@@ -14,9 +14,18 @@ def plots(
     results: Annotated[Path, typer.Option(help="Folder of result JSONs.")] = Path(
         "benchmarks/results"
     ),
-    out: Annotated[Path, typer.Option(help="Folder for the PNGs.")] = Path(
-        "benchmarks/results/figures"
-    ),
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Folder for the PNGs (or --in-place)."),
+    ] = None,
+    in_place: Annotated[
+        bool,
+        typer.Option(
+            "--in-place",
+            help="Redraw the tracked figures: the folder figures/ beside the "
+            "results (benchmarks/results/figures by default).",
+        ),
+    ] = False,
     metric: Annotated[str, typer.Option(help="Quality metric to draw.")] = "recall@10",
 ) -> None:
     """Draw the figures (quality vs calls, stages, latency, throughput).
@@ -44,6 +53,15 @@ def plots(
         "benchmarks/results/figures.json)"
     ):
         figures = read_figure_list(results)
+    if out is None and not in_place:
+        raise UserError(
+            "earm plots writes only where told",
+            "pass --out DIR, or --in-place to redraw the tracked figures in "
+            f"{results / 'figures'}",
+        )
+    if out is not None and in_place:
+        raise UserError("--out and --in-place name two places", "pass one of them")
+    out = results / "figures" if out is None else out
     with user_errors(
         "rerun the job that wrote the JSON, or pass another --metric (e.g. recall@10)",
         KeyError,

@@ -168,3 +168,11 @@ def test_locomo_unreachable_scoring_server(capsys, tmp_path):
     argv += ["--base-url", "http://127.0.0.1:9", "--scorer-model", "m"]
     line = _error(capsys, argv)
     assert "cannot reach the scoring server" in line and "earm serve-scorer" in line
+
+
+def test_plots_write_only_where_told(capsys):
+    results = str(Path(__file__).resolve().parents[2] / "benchmarks" / "results")
+    line = _error(capsys, ["plots", "--results", results])
+    assert "writes only where told" in line and "--in-place" in line
+    line = _error(capsys, ["plots", "--results", results, "--out", "x", "--in-place"])
+    assert "two places" in line
