@@ -20,16 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 # Test helpers (planted.py, reference_numpy.py, locomo_facts.py) live here and
 # are imported by tests in the subfolders that mirror the package.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-
-def locomo_dir() -> Path:
-    """``$EARM_LOCOMO_DATA`` (the variable ``earm locomo`` reads), else
-    ``../shared/data/locomo`` next to the repository."""
-    configured = os.environ.get("EARM_LOCOMO_DATA")
-    if configured:
-        return Path(configured)
-    return REPO.parent / "shared" / "data" / "locomo"
-
+from locomo_data import require_locomo  # noqa: E402
 
 # Every XLA:CPU executable keeps a few memory mappings alive while JAX caches
 # it; a whole test run compiles tens of thousands, and Linux refuses mappings
@@ -167,16 +158,7 @@ def build_once(folder: Path, build) -> None:
 def locomo_path() -> Path:
     """The LoCoMo folder. Missing data fails the test (CI always has it) unless
     ``EARM_ALLOW_MISSING_DATA=1`` asks for a skip."""
-    folder = locomo_dir()
-    if not folder.is_dir():
-        message = (
-            f"LoCoMo data not found at {folder} (set EARM_LOCOMO_DATA to a folder "
-            "of per-conversation files: the tests read 26.json, 30.json)"
-        )
-        if os.environ.get("EARM_ALLOW_MISSING_DATA") == "1":
-            pytest.skip(message)
-        pytest.fail(message)
-    return folder
+    return require_locomo()
 
 
 @pytest.fixture(scope="session")

@@ -8,10 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from locomo_data import locomo_dir, require_locomo
 
 from earm_jax.cli import main
 
-LOCOMO = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo"
+# Read before the tests below remove $EARM_LOCOMO_DATA from their environment.
+LOCOMO = locomo_dir()
 
 
 def _error(capsys, argv: list[str]) -> str:
@@ -87,8 +89,7 @@ def test_locomo_bad_options(capsys, tmp_path, argv, expected):
 
 
 def _copy_one_conversation(folder: Path) -> None:
-    if not (LOCOMO / "26.json").is_file():
-        pytest.skip("LoCoMo data not available")
+    require_locomo(LOCOMO)
     (folder / "26.json").write_text((LOCOMO / "26.json").read_text())
 
 

@@ -98,7 +98,7 @@ def _server_pids(folder: Path) -> list[int]:
 async def _first_session(client_of, kill, turns, questions) -> dict:
     """Remembers, recalls, forgets; kills the server mid-recall. Returns what
     was acknowledged."""
-    acknowledged: dict = {"ids": {}, "gone": None, "recalls": 0}
+    acknowledged: dict = {"ids": {}, "gone": None, "recalls": 0, "killed": False}
     try:
         async with client_of() as client:
             names = {tool.name for tool in (await client.list_tools()).tools}
@@ -147,13 +147,16 @@ async def _first_session(client_of, kill, turns, questions) -> dict:
                 client.call_tool("recall", {"query": questions[1], "k": 5})
             )
             await asyncio.sleep(0.02)
+            acknowledged["killed"] = True
             kill()
             try:
                 await asyncio.wait_for(recall, 60)
             except BaseException:  # noqa: BLE001 - the server is gone
                 pass
     except BaseException as error:  # noqa: BLE001 - the connection died with it
-        if isinstance(error, AssertionError):
+        # Only the planned kill may end the session: anything before it (a
+        # crash on a bad-input call, a lost connection) fails the test.
+        if isinstance(error, AssertionError) or not acknowledged["killed"]:
             raise
         if isinstance(error, BaseExceptionGroup):
             failed = error.subgroup(AssertionError)

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from earm_jax.jobs.locomo import select_conversations
 from earm_jax.locomo.data import QUERY_CATEGORIES, load_locomo
 
-LOCOMO = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo"
 
-pytestmark = pytest.mark.skipif(
-    not (LOCOMO / "26.json").is_file(), reason="LoCoMo data not available"
-)
-
-
-def test_conversations_by_id_in_file_order_and_first_questions():
-    everything = load_locomo(LOCOMO)
+def test_conversations_by_id_in_file_order_and_first_questions(locomo_path):
+    everything = load_locomo(locomo_path)
     chosen = select_conversations(everything, ("30", "26"), limit=5)
     assert [c.sample_id for c in chosen] == ["26", "30"]  # file order
     for conversation in chosen:
@@ -29,8 +21,8 @@ def test_conversations_by_id_in_file_order_and_first_questions():
     assert select_conversations(everything) == everything
 
 
-def test_conv_prefix_matches_and_unknown_ids_are_listed():
-    everything = load_locomo(LOCOMO / "26.json")
+def test_conv_prefix_matches_and_unknown_ids_are_listed(locomo_path):
+    everything = load_locomo(locomo_path / "26.json")
     renamed = [type(c)(**{**c.__dict__, "sample_id": "conv-26"}) for c in everything]
     assert select_conversations(renamed, ("26",))[0].sample_id == "conv-26"
     with pytest.raises(ValueError, match="no conversation 99 in the data; it has 26"):

@@ -109,7 +109,7 @@ def check(retriever, lines, log):
         if actual == before and not grew:
             applied = False
         elif actual == after and (op["op"] != "query" or grew):
-            applied = op["op"] != "snapshot" or True
+            applied = True
         elif op["op"] in ("query", "query_many") and actual == before:
             applied = True
         else:
