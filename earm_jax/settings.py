@@ -24,6 +24,7 @@ from earm_jax.core.config import SolverConfig
 from earm_jax.core.solvers import SOLVERS
 from earm_jax.policies import paper_policy, scaled_schedule, stage_schedule
 from earm_jax.policies.adaptive import AdaptiveConfig
+from earm_jax.policies.adaptive.config import CALL_ORDERS
 from earm_jax.policies.budget import PAPER_STAGE_RATIOS
 from earm_jax.types import ArrayLike
 
@@ -55,6 +56,10 @@ class EarmSettings:
         multi-round policy under a hard call budget
         (:mod:`earm_jax.policies.adaptive`), reported as policy ``best``.
       call_budget: ``best``'s hard cap on calls as a fraction of Full's.
+      call_order: which candidates ``best``'s later rounds pay for:
+        ``"similarity"`` (the most similar unscored) or ``"learned"`` (the
+        highest in its learned order of the unscored; see
+        :data:`~earm_jax.policies.adaptive.config.CALL_ORDERS`).
     """
 
     rank: int = _SOLVER_DEFAULTS["rank"]
@@ -68,6 +73,7 @@ class EarmSettings:
     budget_scale: float = 1.0
     preset: str = "paper"
     call_budget: float = 0.25
+    call_order: str = "similarity"
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -96,6 +102,11 @@ class EarmSettings:
         if not 0.0 <= self.call_budget <= 1.0:
             raise ValueError(
                 f"{name}.call_budget must be in [0, 1], got {self.call_budget!r}"
+            )
+        if self.call_order not in CALL_ORDERS:
+            raise ValueError(
+                f"{name}.call_order must be one of {CALL_ORDERS}, got "
+                f"{self.call_order!r}"
             )
         if self.budget_scale < 0:
             raise ValueError(
@@ -160,7 +171,11 @@ class EarmSettings:
         """
         if self.preset != "best":
             return None
-        return AdaptiveConfig(pool_size=pool_size, call_budget=self.call_budget)
+        return AdaptiveConfig(
+            pool_size=pool_size,
+            call_budget=self.call_budget,
+            call_order=self.call_order,
+        )
 
 
 PRESETS = ("paper", "best")

@@ -4,7 +4,7 @@ stand-in or a build's recorded answers.
 
     python experiments/call_order_locomo.py --config '{"call_order": "learned"}' \
         [--scores FILE] [--conversations 26,48] [--call-budget 0.25] \
-        [--noise 0.1] [--memories turns] [--out experiments/results/X.json]
+        [--noise 0.1] [--graded 0.5] [--memories turns] [--out X.json]
 
 Prints, per policy, Recall@10 and calls, and ``best``/``best_side`` against
 Top-similarity with the paired 95% CI; the anchored policies are held at the
@@ -34,6 +34,7 @@ def main() -> None:
     parser.add_argument("--memories", default="turns")
     parser.add_argument("--call-budget", type=float, default=0.25)
     parser.add_argument("--noise", type=float, default=0.1)
+    parser.add_argument("--graded", type=float, default=0.0)
     parser.add_argument("--limit", type=int, default=0)
     parser.add_argument("--rank", type=int, default=2)
     parser.add_argument("--out", default="")
@@ -54,6 +55,7 @@ def main() -> None:
         scorer="recorded" if args.scores else "evidence",
         scores=tuple(s for s in args.scores.split(",") if s),
         noises=(args.noise,),
+        graded=args.graded,
         ks=(10,),
         ranks=(args.rank,),
         conversations=tuple(c for c in args.conversations.split(",") if c),

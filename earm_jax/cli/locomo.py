@@ -15,6 +15,7 @@ from earm_jax.cli.options import (
     DEFAULTS,
     CacheDir,
     CallBudget,
+    CallOrder,
     Conversations,
     Expand,
     ExpandMinScore,
@@ -205,6 +206,7 @@ def locomo(
     resamples: Resamples = 1000,
     preset: Preset = "paper",
     call_budget: CallBudget = 0.25,
+    call_order: CallOrder = DEFAULTS.call_order,
     budget_scale: Annotated[
         str,
         typer.Option(
@@ -316,6 +318,7 @@ def locomo(
         graded=graded,
         preset=preset,
         call_budget=call_budget,
+        call_order=call_order,
         budget_scale=_budget_scale(budget_scale),
         scores=comma_names(scores),
         blend_weight=blend_weight,

@@ -26,6 +26,13 @@ CallBudget = Annotated[
     float,
     typer.Option(help="best: hard cap on calls as a fraction of Full's calls."),
 ]
+CallOrder = Annotated[
+    str,
+    typer.Option(
+        help="best: which candidates its later rounds pay for: similarity (the "
+        "most similar unscored) or learned (the highest in its learned order)."
+    ),
+]
 
 Solver = Annotated[str, typer.Option(help=" | ".join(SOLVERS) + ".")]
 NumSweeps = Annotated[
@@ -86,6 +93,7 @@ __all__ = [
     "DEFAULTS",
     "CacheDir",
     "CallBudget",
+    "CallOrder",
     "Conversations",
     "Expand",
     "ExpandMinScore",

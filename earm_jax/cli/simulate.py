@@ -15,6 +15,7 @@ from earm_jax.cli.errors import UserError, user_errors
 from earm_jax.cli.options import (
     DEFAULTS,
     CallBudget,
+    CallOrder,
     Expand,
     ExpandMinScore,
     HighFraction,
@@ -94,6 +95,7 @@ def simulate(
     resamples: Resamples = _SIMULATION.num_resamples,
     preset: Preset = DEFAULTS.preset,
     call_budget: CallBudget = DEFAULTS.call_budget,
+    call_order: CallOrder = DEFAULTS.call_order,
     expand: Expand = _SIMULATION.expand,
     expand_min_score: ExpandMinScore = _SIMULATION.expand_min_score,
     side_information: Annotated[
@@ -159,6 +161,7 @@ def simulate(
                 budget_scale=scale,
                 preset=preset,
                 call_budget=call_budget,
+                call_order=call_order,
                 expand=expand,
                 expand_min_score=expand_min_score,
                 side_information=side_information,

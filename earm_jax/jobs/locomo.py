@@ -93,6 +93,7 @@ class LocomoJob:
     graded: float = 0.0
     preset: str = "paper"
     call_budget: float = 0.25
+    call_order: str = EarmSettings.call_order
     budget_scale: float | str = 1.0
     scores: tuple[str, ...] = ()
     blend_weight: float = 1.0
@@ -161,6 +162,7 @@ class LocomoJob:
             ks=self.ks,
             preset=self.preset,
             call_budget=self.call_budget,
+            call_order=self.call_order,
             budget_scale=float(budget_scale),
             expand=self.expand,
             expand_min_score=self.expand_min_score,

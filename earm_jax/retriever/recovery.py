@@ -85,6 +85,9 @@ class Recovery:
             if isinstance(stored, dict) and "preset" not in stored:
                 # Folders made before presets existed ran the paper's policy.
                 stored = {**stored, "preset": "paper"}
+            if isinstance(stored, dict) and "call_order" not in stored:
+                # Folders made before the option paid by similarity.
+                stored = {**stored, "call_order": "similarity"}
             try:
                 base = RetrieverConfig(**stored)
             except (TypeError, ValueError) as error:
