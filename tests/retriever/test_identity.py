@@ -79,6 +79,7 @@ def test_new_folders_take_best_and_old_folders_keep_their_preset(tmp_path):
         db.execute("SELECT value FROM meta WHERE key='config'").fetchone()[0]
     )
     del stored["preset"]
+    del stored["call_order"]  # nor a call order: by similarity
     text = json.dumps(stored)
     db.execute(
         "UPDATE meta SET value=?, checksum=? WHERE key='config'",
@@ -88,6 +89,10 @@ def test_new_folders_take_best_and_old_folders_keep_their_preset(tmp_path):
     db.close()
     with OnlineRetriever(tmp_path, KeywordScorer(), HashEmbedder(), None) as again:
         assert again.config.preset == "paper" and again.ledger is None
+        assert again.config.call_order == "similarity"
+    # Reopened with the settings it was made with (call_order included).
+    with OnlineRetriever(tmp_path, KeywordScorer(), HashEmbedder(), paper) as again:
+        assert again.config.call_order == "similarity"
 
 
 def test_top_similarity_scores_the_most_similar_candidates(tmp_path):
