@@ -98,6 +98,12 @@ def record_answers(job: RecordJob) -> tuple[RecordedAnswers, dict[str, int]]:
     from earm_jax.store.embeddings import Embedder, model_identity
 
     folder = open_scorer_folder(job.scorer_folder)
+    if folder.root.resolve() != Path(job.scorer_folder).expanduser().resolve():
+        raise ValueError(
+            f"scorer_folder {job.scorer_folder!r} is one fold of the build in "
+            f"{str(folder.root)!r}: pass the build's folder (its answers come "
+            "from every fold)"
+        )
     manifest = folder.manifest
     if manifest is None or manifest["job"]["folds"] < 2:
         raise ValueError(

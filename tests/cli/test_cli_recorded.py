@@ -263,9 +263,17 @@ def test_mismatched_files_are_one_line(
     assert status == 2 and "no conversation 41" in err
 
 
-def test_record_scores_refuses_a_one_fold_model(trained_scorer, locomo_path, tmp_path):
+def test_record_scores_refuses_one_fold_or_a_plain_model(
+    trained_scorer, locomo_path, tmp_path
+):
+    import shutil
+
     folder, _, _ = trained_scorer
-    with pytest.raises(ValueError, match="not a cross-fitted build"):
+    with pytest.raises(ValueError, match="is one fold of the build"):
         record_answers(
             RecordJob(scorer_folder=str(folder / "fold-0"), data=str(locomo_path))
         )
+    plain = tmp_path / "plain"
+    shutil.copytree(folder / "fold-0", plain)
+    with pytest.raises(ValueError, match="not a cross-fitted build"):
+        record_answers(RecordJob(scorer_folder=str(plain), data=str(locomo_path)))

@@ -71,7 +71,10 @@ def test_locomo_folder_without_json(capsys, tmp_path):
     ("argv", "expected"),
     [
         (["--memories", "facts"], "--memories must be turns or observations"),
-        (["--scorer", "gpt"], "--scorer must be evidence, cross-encoder or vllm"),
+        (
+            ["--scorer", "gpt"],
+            "--scorer must be evidence, cross-encoder, vllm or recorded",
+        ),
         (["--scorer", "vllm"], "earm serve-scorer"),
         (["--answer"], "--answer needs --answer-base-url"),
         (["--noise", "high"], "--noise must be comma-separated numbers"),
