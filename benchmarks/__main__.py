@@ -126,8 +126,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--out",
         type=Path,
-        default=REPO / "benchmarks" / "results" / "suite",
-        help="folder for the JSONs (default benchmarks/results/suite)",
+        required=True,
+        help="folder for the JSONs (benchmarks/results/suite is the tracked "
+        "report: name it to rewrite it)",
     )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
