@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import math
 import os
 from collections.abc import Iterator, Sequence
@@ -148,12 +149,21 @@ class CrossEncoderScorer:
 
             if self.settings.num_threads is not None:
                 torch.set_num_threads(self.settings.num_threads)
-            model = CrossEncoder(
-                str(self.folder),
-                device="cpu",
-                local_files_only=True,
-                max_length=self.settings.max_length,
-            )
+            # A trained folder is a plain transformers folder (no modules.json);
+            # sentence-transformers says so at INFO as "initializing a new
+            # CrossEncoder model", which reads as random weights: it is not.
+            quiet = logging.getLogger("sentence_transformers")
+            level = quiet.level
+            quiet.setLevel(max(level, logging.WARNING))
+            try:
+                model = CrossEncoder(
+                    str(self.folder),
+                    device="cpu",
+                    local_files_only=True,
+                    max_length=self.settings.max_length,
+                )
+            finally:
+                quiet.setLevel(level)
             if model.num_labels != 1:
                 raise ValueError(
                     f"{str(self.folder)!r} has {model.num_labels} labels; a relevance "

@@ -240,3 +240,18 @@ def test_auto_precision_follows_the_cpu(monkeypatch, tmp_path):
     assert not training.native_bfloat16(str(tmp_path / "missing"))
     with pytest.raises(ValueError, match="precision"):
         training.TrainingSettings(precision="float16")
+
+
+def test_loading_a_trained_folder_says_nothing_of_a_new_model(tmp_path, caplog):
+    """A trained folder has no modules.json; sentence-transformers' INFO line
+    "initializing a new CrossEncoder model" would read as random weights."""
+    import logging
+
+    from .tiny_models import build_cross_encoder
+
+    folder = build_cross_encoder(tmp_path / "model")
+    with caplog.at_level(logging.INFO):
+        scorer = CrossEncoderScorer(folder)
+        assert scorer.score(QUERY, MEMORIES[:1])[0].ok
+    assert not [r for r in caplog.records if "modules.json" in r.getMessage()]
+    assert logging.getLogger("sentence_transformers").level == logging.NOTSET
