@@ -34,10 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from .similarity_blend import SimilarityBlend
+from .similarity_blend import SimilarityBlend, answer_logits
 
 RECORDED_FORMAT = "earm-recorded-answers-v1"
-_EDGE = 1e-7  # answers are clipped to [1e-7, 1 - 1e-7] before the logit
 
 
 def digest_bytes(hex_digests: list[str] | tuple[str, ...]) -> np.ndarray:
@@ -52,13 +51,6 @@ def digest_bytes(hex_digests: list[str] | tuple[str, ...]) -> np.ndarray:
 def digest_hex(rows: np.ndarray) -> list[str]:
     """The hex digests of ``uint8[len, 32]`` rows."""
     return [bytes(row).hex() for row in np.asarray(rows, np.uint8)]
-
-
-def answer_logits(answers: np.ndarray) -> np.ndarray:
-    """``log(p / (1 - p))`` of answers in [0, 1] (clipped to [1e-7, 1 - 1e-7],
-    as the blend does); NaN stays NaN."""
-    p = np.clip(np.asarray(answers, np.float64), _EDGE, 1.0 - _EDGE)
-    return np.log(p) - np.log1p(-p)
 
 
 def unblend(

@@ -38,6 +38,13 @@ BLEND_FORMAT = "earm-similarity-blend-v1"
 _EDGE = 1e-7  # answers are clipped to [1e-7, 1 - 1e-7] before the logit
 
 
+def answer_logits(answers: np.ndarray) -> np.ndarray:
+    """``log(p / (1 - p))`` of answers in [0, 1], clipped to [1e-7, 1 - 1e-7]
+    first (the blend's input); NaN stays NaN."""
+    clipped = np.clip(np.asarray(answers, np.float64), _EDGE, 1.0 - _EDGE)
+    return np.log(clipped) - np.log1p(-clipped)
+
+
 @dataclasses.dataclass(frozen=True)
 class SimilarityBlend:
     """The fitted blend.
@@ -67,8 +74,7 @@ class SimilarityBlend:
 
     def combine(self, answers: np.ndarray, cosines: np.ndarray) -> np.ndarray:
         """Blended probabilities of answers in [0, 1] and cosines."""
-        clipped = np.clip(np.asarray(answers, np.float64), _EDGE, 1.0 - _EDGE)
-        logit = np.log(clipped) - np.log1p(-clipped)
+        logit = answer_logits(answers)
         z = (
             self.logit_weight * logit
             + self.similarity_weight * np.asarray(cosines, np.float64)
@@ -204,6 +210,7 @@ class BlendedScorer:
 
 __all__ = [
     "BLEND_FILE",
+    "answer_logits",
     "BlendedScorer",
     "SimilarityBlend",
     "load_blend",
