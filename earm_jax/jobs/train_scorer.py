@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -178,10 +179,12 @@ class TrainScorerJob:
         manifest = json.loads(path.read_text())
         if manifest.get("complete") is not False:
             raise ValueError(f"resume: the build in {self.out!r} is already complete")
-        if _settings_of(manifest.get("job")) != _settings_of(self.to_json()):
+        stopped, asked = _settings_of(manifest.get("job")), _settings_of(self.to_json())
+        if stopped != asked:
+            differ = _differing_fields(stopped, asked)
             raise ValueError(
                 f"resume: the build in {self.out!r} was started with other "
-                "settings (every option must equal the stopped build's)"
+                f"settings ({differ}; every option must equal the stopped build's)"
             )
         return manifest
 
@@ -196,7 +199,24 @@ def _settings_of(job: dict[str, Any] | None) -> Any:
     """A job's fields as JSON, without ``resume``."""
     if not isinstance(job, dict):
         return None
-    return json.loads(json.dumps({k: v for k, v in job.items() if k != "resume"}))
+    settings = json.loads(json.dumps({k: v for k, v in job.items() if k != "resume"}))
+    # The same folder named relatively or absolutely is the same build.
+    for name in ("data", "out"):
+        if isinstance(settings.get(name), str):
+            settings[name] = os.path.realpath(settings[name])
+    return settings
+
+
+def _differing_fields(stopped: Any, asked: Any) -> str:
+    """``field: stopped -> asked`` for each top-level field that differs."""
+    if not isinstance(stopped, dict) or not isinstance(asked, dict):
+        return "the stopped build records no job"
+    names = sorted(set(stopped) | set(asked))
+    return ", ".join(
+        f"{name}: {stopped.get(name)!r} -> {asked.get(name)!r}"
+        for name in names
+        if stopped.get(name) != asked.get(name)
+    )
 
 
 def file_digests(data: str) -> dict[str, str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -142,13 +144,17 @@ def test_a_stopped_build_keeps_its_finished_folds(
     assert recorded.manifest["complete"] is False
 
     # Resumed with other settings: refused, naming the option.
-    with pytest.raises(ValueError, match="resume: .* other settings"):
+    differ = r"resume: .* other settings \(limit: \d+ -> 5;"
+    with pytest.raises(ValueError, match=differ):
         dataclasses.replace(job, resume=True, limit=5).validate()
     with pytest.raises(ValueError, match="--resume"):
         job.validate()
     # Resumed as it was: fold 0 is kept (same model), fold 1 is trained.
     kept_identity = folder.folds[0]["model_identity"]
-    manifest = run_train_scorer(dataclasses.replace(job, resume=True))
+    # The data folder named relatively is the same build.
+    monkeypatch.chdir(Path(locomo_path).parent)
+    relative = os.path.relpath(locomo_path)
+    manifest = run_train_scorer(dataclasses.replace(job, resume=True, data=relative))
     assert calls == ["fold-0", "fold-1", "fold-1"]
     assert manifest["complete"] is True
     assert [fold["model_identity"] for fold in manifest["folds"]][0] == kept_identity
