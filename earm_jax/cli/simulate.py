@@ -118,8 +118,9 @@ def simulate(
         Path | None,
         typer.Option(
             help="Draw the scorer's answers from a measured profile (the "
-            "profile-*.json `earm train-scorer` writes) instead of truth + noise; "
-            "--noise and --wrong-rate then have no effect."
+            "profile-*.json `earm train-scorer` writes, or the one a "
+            "recorded-answers .npz of `earm record-scores` carries) instead of "
+            "truth + noise; --noise and --wrong-rate then have no effect."
         ),
     ] = None,
     quiet: Quiet = False,
@@ -263,18 +264,34 @@ def _budget_scale(text: str) -> float:
 
 
 def _read_profile(path: Path | None) -> dict | None:
-    """The profile JSON, or a one-line error naming what is wrong."""
+    """The profile JSON (or a recorded-answers file's), or a one-line error
+    naming what is wrong."""
     if path is None:
         return None
     from earm_jax.eval.scorer_profile import profile_from_json
 
-    fix = "give a profile-*.json written by `earm train-scorer`"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError) as error:
-        raise UserError(
-            f"--scorer-profile {str(path)!r} cannot be read: {error}", fix
-        ) from error
+    fix = (
+        "give a profile-*.json written by `earm train-scorer` or a *-scores.npz "
+        "written by `earm record-scores`"
+    )
+    if path.suffix == ".npz":
+        from earm_jax.scoring.recorded_answers import RecordedAnswers
+
+        with user_errors(fix):
+            data = RecordedAnswers.load(path).profile
+        if data is None:
+            raise UserError(
+                f"--scorer-profile {str(path)!r} carries no profile (recorded "
+                "before profiles were kept, or too few answers of a class)",
+                "record it again with `earm record-scores`",
+            )
+    else:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError) as error:
+            raise UserError(
+                f"--scorer-profile {str(path)!r} cannot be read: {error}", fix
+            ) from error
     with user_errors(fix):
         try:
             profile_from_json(data)

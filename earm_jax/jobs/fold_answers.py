@@ -48,42 +48,61 @@ class FoldAnswers:
         return streams_scorer_quality(streams, (10, 20))
 
     def profile(self, data: PoolData, setting: str, source: dict[str, Any]) -> dict:
-        parts: dict[str, list[np.ndarray]] = {
-            "scores": [],
-            "relevant": [],
-            "valid": [],
-            "memory": [],
-            "query": [],
-        }
-        for sample, answers in self.by_setting[setting].items():
-            arrays = data.stream(setting, sample).arrays
-            rows = np.flatnonzero(np.isfinite(answers).any(axis=1))
-            parts["scores"].append(answers[rows])
-            parts["relevant"].append(arrays.relevant[rows])
-            parts["valid"].append(arrays.valid[rows])
-            parts["memory"].append(
-                np.char.add(f"{sample}:", arrays.candidates[rows].astype(str))
-            )
-            parts["query"].append(np.char.add(f"{sample}:", rows.astype(str)))
-        width = max(p.shape[1] for p in parts["scores"])
-
-        def stacked(name: str, fill: Any) -> np.ndarray:
-            pad = [[(0, 0), (0, width - p.shape[1])] for p in parts[name]]
-            return np.concatenate(
-                [
-                    np.pad(p, w, constant_values=fill)
-                    for p, w in zip(parts[name], pad, strict=True)
-                ]
-            )
-
-        profile, counts = fit_scorer_profile(
-            stacked("scores", np.nan),
-            stacked("relevant", False),
-            stacked("valid", False),
-            stacked("memory", ""),
-            np.concatenate(parts["query"]),
+        return streams_profile(
+            [
+                (sample, data.stream(setting, sample), answers)
+                for sample, answers in self.by_setting[setting].items()
+            ],
+            {**source, "setting": setting},
         )
-        return profile_to_json(profile, {**source, "setting": setting, **counts})
+
+
+def streams_profile(
+    answered: list[tuple[str, LocomoStream, np.ndarray]], source: dict[str, Any]
+) -> dict:
+    """The scorer profile (``profile_to_json``'s form) measured on each
+    ``(sample id, stream, float[T, N] answers)``; NaN answers are left out,
+    and so are questions with none.
+
+    Raises:
+      ValueError: no relevant or no non-relevant pair was answered.
+    """
+    parts: dict[str, list[np.ndarray]] = {
+        "scores": [],
+        "relevant": [],
+        "valid": [],
+        "memory": [],
+        "query": [],
+    }
+    for sample, stream, answers in answered:
+        arrays = stream.arrays
+        rows = np.flatnonzero(np.isfinite(answers).any(axis=1))
+        parts["scores"].append(answers[rows])
+        parts["relevant"].append(arrays.relevant[rows])
+        parts["valid"].append(arrays.valid[rows])
+        parts["memory"].append(
+            np.char.add(f"{sample}:", arrays.candidates[rows].astype(str))
+        )
+        parts["query"].append(np.char.add(f"{sample}:", rows.astype(str)))
+    width = max(p.shape[1] for p in parts["scores"])
+
+    def stacked(name: str, fill: Any) -> np.ndarray:
+        pad = [[(0, 0), (0, width - p.shape[1])] for p in parts[name]]
+        return np.concatenate(
+            [
+                np.pad(p, w, constant_values=fill)
+                for p, w in zip(parts[name], pad, strict=True)
+            ]
+        )
+
+    profile, counts = fit_scorer_profile(
+        stacked("scores", np.nan),
+        stacked("relevant", False),
+        stacked("valid", False),
+        stacked("memory", ""),
+        np.concatenate(parts["query"]),
+    )
+    return profile_to_json(profile, {**source, **counts})
 
 
 def scored_questions(stream: LocomoStream, answers: np.ndarray) -> LocomoStream:
@@ -132,4 +151,10 @@ def score_pools(scorer: Any, stream: LocomoStream, questions: np.ndarray) -> np.
     return answers
 
 
-__all__ = ["FoldAnswers", "PoolData", "score_pools", "scored_questions"]
+__all__ = [
+    "FoldAnswers",
+    "PoolData",
+    "score_pools",
+    "scored_questions",
+    "streams_profile",
+]

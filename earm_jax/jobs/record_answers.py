@@ -29,6 +29,7 @@ from earm_jax.scoring.recorded_answers import (
     RecordedAnswers,
     RecordedConversation,
     answer_logits,
+    blended_answers,
     digest_bytes,
     unblend,
 )
@@ -139,6 +140,7 @@ def record_answers(job: RecordJob) -> tuple[RecordedAnswers, dict[str, int]]:
     scoring = CrossEncoderSettings(**built["scoring"])
     cache = ScoreCache(job.score_cache or manifest["score_cache"])
     out: dict[str, RecordedConversation] = {}
+    answered: list[tuple[str, Any, np.ndarray]] = []
     blends, models, missing = {}, {}, {}
     replays: dict[str, ReplayScorer] = {}
     try:
@@ -174,6 +176,17 @@ def record_answers(job: RecordJob) -> tuple[RecordedAnswers, dict[str, int]]:
                 else unblend(answers, arrays.similarity, blend)
             )
             logits = np.where(arrays.valid, logits, np.nan)
+            # The profile is of the answers as the scorer gives them (the
+            # blend at full weight), from the float16 values the file keeps.
+            kept = logits.astype(np.float16).astype(np.float64)
+            given = blended_answers(kept, arrays.similarity, blend, 1.0)
+            answered.append(
+                (
+                    conversation.sample_id,
+                    stream,
+                    np.where(np.isfinite(kept), given, np.nan),
+                )
+            )
             out[conversation.sample_id] = RecordedConversation(
                 sample_id=conversation.sample_id,
                 digest=digests[conversation.sample_id],
@@ -209,8 +222,21 @@ def record_answers(job: RecordJob) -> tuple[RecordedAnswers, dict[str, int]]:
         blends=blends,
         manifest=without_machine_paths(manifest),
         conversations=out,
+        profile=_profile(answered),
     )
     return recorded, missing
+
+
+def _profile(answered: list[tuple[str, Any, np.ndarray]]) -> dict[str, Any] | None:
+    """The profile of the recorded answers, or None when a class of pairs is
+    missing (too few answers to measure it)."""
+    from earm_jax.jobs.fold_answers import streams_profile
+    from earm_jax.jobs.train_scorer import CROSS_FITTED
+
+    try:
+        return streams_profile(answered, {"measured_on": CROSS_FITTED})
+    except ValueError:
+        return None
 
 
 __all__ = ["RecordJob", "record_answers", "without_machine_paths"]

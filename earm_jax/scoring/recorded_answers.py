@@ -144,6 +144,9 @@ class RecordedAnswers:
       blends: fold name -> its similarity blend (``None``: the fold has none).
       manifest: the build's manifest without machine paths.
       conversations: sample id -> its answers.
+      profile: the scorer profile measured on these answers as the scorer
+        gives them (blend at full weight), in ``profile_to_json``'s form, for
+        ``earm simulate --scorer-profile``; ``None`` when not measured.
     """
 
     setting: str
@@ -151,6 +154,7 @@ class RecordedAnswers:
     blends: dict[str, SimilarityBlend | None]
     manifest: dict[str, Any]
     conversations: dict[str, RecordedConversation]
+    profile: dict[str, Any] | None = None
 
     def blend_of(self, sample_id: str) -> SimilarityBlend | None:
         return self.blends.get(self.conversations[sample_id].fold)
@@ -208,6 +212,7 @@ class RecordedAnswers:
                 for fold, blend in self.blends.items()
             },
             "manifest": self.manifest,
+            "profile": self.profile,
             "conversations": [
                 {"id": c.sample_id, "digest": c.digest, "fold": c.fold}
                 for c in self.conversations.values()
@@ -285,6 +290,7 @@ class RecordedAnswers:
             blends=blends,
             manifest=header["manifest"],
             conversations=conversations,
+            profile=header.get("profile"),
         )
 
 

@@ -5,6 +5,7 @@ auto`` move along the axes the regime map needs."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -277,3 +278,48 @@ def test_record_scores_refuses_one_fold_or_a_plain_model(
     shutil.copytree(folder / "fold-0", plain)
     with pytest.raises(ValueError, match="not a cross-fitted build"):
         record_answers(RecordJob(scorer_folder=str(plain), data=str(locomo_path)))
+
+
+def test_the_recorded_file_carries_the_builds_profile(
+    trained_scorer, recorded_file, tmp_path, capsys
+):
+    """The profile is measured on the answers as the scorer gives them, so the
+    file's equals the one the build wrote (up to the float16 the file keeps),
+    and ``earm simulate`` draws from it."""
+    folder, _, manifest = trained_scorer
+    built = json.loads((folder / manifest["profiles"]["turns"]).read_text())
+    carried = RecordedAnswers.load(recorded_file).profile
+    assert carried["source"]["measured_on"] == built["source"]["measured_on"]
+    assert carried["rank_edges"] == built["rank_edges"]
+    for label in ("relevant", "not_relevant"):
+        np.testing.assert_allclose(
+            carried["quantiles"][label], built["quantiles"][label], atol=2e-3
+        )
+    assert abs(carried["memory_correlation"] - built["memory_correlation"]) < 0.01
+    out = tmp_path / "simulated.json"
+    small = ["--streams", "2", "--queries", "20", "--memories", "300"]
+    status = main.run(
+        [
+            "simulate",
+            *small,
+            "--pool-size",
+            "60",
+            "--resamples",
+            "50",
+            "--quiet",
+            "--scorer-profile",
+            str(recorded_file),
+            "--json",
+            str(out),
+        ]
+    )
+    assert status == 0, capsys.readouterr().err
+    payload = json.loads(out.read_text())
+    assert payload["config"]["scorer_profile"]["quantiles"] == carried["quantiles"]
+    # A file recorded before profiles were kept is refused, naming the fix.
+    old = RecordedAnswers.load(recorded_file)
+    stripped = tmp_path / "old-scores.npz"
+    dataclasses.replace(old, profile=None).save(stripped)
+    capsys.readouterr()
+    assert main.run(["simulate", *small, "--scorer-profile", str(stripped)]) == 2
+    assert "record-scores" in capsys.readouterr().err
