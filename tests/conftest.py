@@ -16,6 +16,15 @@ from filelock import FileLock
 # ranks must be written out (an implicit rank promotion raises).
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
+# ``EARM_TEST_STRICT_DTYPES=1`` also makes every implicit dtype promotion raise
+# (``jax_numpy_dtype_promotion="strict"``, as equinox's tests): a float64
+# scalar or an int array meeting a float32 one must be cast by hand. Processes
+# a test starts inherit it through JAX's own variable. ``scripts/test`` runs
+# the core and policy tests once this way.
+if os.environ.get("EARM_TEST_STRICT_DTYPES") == "1":
+    os.environ["JAX_NUMPY_DTYPE_PROMOTION"] = "strict"
+    jax.config.update("jax_numpy_dtype_promotion", "strict")
+
 REPO = Path(__file__).resolve().parents[1]
 # Test helpers (planted.py, reference_numpy.py, locomo_facts.py) live here and
 # are imported by tests in the subfolders that mirror the package.
@@ -48,7 +57,8 @@ def _bounded_executable_mappings():
 # not change what a program computes beyond float rounding, which every
 # tolerance covers; the tests that read the optimized program itself are
 # marked ``xla_optimized`` and compile with them on. ``EARM_TEST_OPTIMIZED=1``
-# runs the whole suite optimized, as users run it.
+# runs the whole suite optimized, as users run it (``scripts/test`` runs the
+# core tests once this way).
 DISABLE_OPTIMIZATIONS = "JAX_DISABLE_MOST_OPTIMIZATIONS"
 
 

@@ -37,13 +37,13 @@ def test_readme_fits_two_screens_and_keeps_the_two_commands_first():
     first = _blocks(README, "bash")[0].splitlines()
     assert first[0].startswith("python3 -m venv .venv && .venv/bin/pip install")
     assert first[0].endswith(".venv/bin/earm simulate")
-    test_command = (
-        "bash .ci/install_vllm.sh && EARM_REQUIRE_VLLM=1 .venv/bin/python -m pytest"
-        " -n 2 --dist loadgroup"
-    )
+    test_command = "scripts/test"
     assert first[1] == test_command
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     assert test_command in ci, "CI must run exactly the README's test command"
+    script = (REPO / test_command).read_text(encoding="utf-8")
+    assert "EARM_REQUIRE_VLLM" in script and "EARM_REQUIRE_EXTRAS" in script
+    assert "-m pytest -n 2 --dist loadgroup" in script
 
 
 def test_readme_has_no_lab_log():

@@ -42,3 +42,30 @@ def test_the_real_server_and_minilm_tests_are_grouped_for_one_worker(request):
             marker = item.get_closest_marker("xdist_group")
             if marker is not None:
                 assert item.nodeid.endswith("@" + marker.args[0]), item.nodeid
+
+
+STRICT_DTYPES = os.environ.get("EARM_TEST_STRICT_DTYPES") == "1"
+
+
+@pytest.mark.skipif(not STRICT_DTYPES, reason="EARM_TEST_STRICT_DTYPES=1 not set")
+def test_strict_dtypes_switch_makes_implicit_promotion_raise():
+    import jax.numpy as jnp
+
+    assert jax.config.jax_numpy_dtype_promotion == "strict"
+    with pytest.raises(jax.dtypes.TypePromotionError, match="strict"):
+        jnp.ones(2, jnp.float32) + jnp.ones(2, jnp.int32)
+
+
+@pytest.mark.parametrize("required", [False, True])
+def test_a_missing_extra_skips_or_fails_naming_it(monkeypatch, required):
+    """``EARM_REQUIRE_EXTRAS=1`` turns the skip of a missing extra into a
+    failure that names the extra (as CI runs the suite)."""
+    import optional_extras
+
+    monkeypatch.setitem(optional_extras.EXTRA_OF, "earm_no_such_module", "nothing")
+    monkeypatch.setenv("EARM_REQUIRE_EXTRAS", "1" if required else "0")
+    outcome = pytest.fail.Exception if required else pytest.skip.Exception
+    with pytest.raises(outcome, match=r'the "nothing" extra'):
+        optional_extras.require_extra("earm_no_such_module")
+    monkeypatch.setitem(optional_extras.EXTRA_OF, "json", "nothing")
+    assert optional_extras.require_extra("json").dumps([]) == "[]"

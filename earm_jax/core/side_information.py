@@ -132,7 +132,7 @@ class SideInformation(NamedTuple):
 
 
 def _standardised(values: Array, where: Array) -> Array:
-    count = jnp.maximum(jnp.sum(where), 1)
+    count = jnp.maximum(jnp.sum(where, dtype=values.dtype), 1.0)
     mean = jnp.sum(jnp.where(where, values, 0.0)) / count
     spread = jnp.sqrt(jnp.sum(jnp.where(where, (values - mean) ** 2, 0.0)) / count)
     return jnp.where(where, (values - mean) / jnp.maximum(spread, 1e-6), 0.0)

@@ -126,7 +126,9 @@ def stratified_anchors(high_fraction: float = 0.1) -> AnchorFn:
         usable = jnp.asarray(usable, bool)
         num_usable = jnp.sum(usable)
         budget = jnp.minimum(jnp.asarray(budget, jnp.int32), num_usable)
-        num_high = jnp.ceil(high_fraction * num_usable).astype(jnp.int32)
+        num_high = jnp.ceil(high_fraction * num_usable.astype(jnp.float32)).astype(
+            jnp.int32
+        )
         in_high = _first_members(query.similarity, usable, num_high)
         in_rest = usable & ~in_high
         size_high, size_rest = jnp.sum(in_high), jnp.sum(in_rest)

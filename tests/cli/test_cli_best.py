@@ -58,6 +58,46 @@ def _check_best(payload: dict, cap: float) -> None:
     assert payload["config"]["call_budget"] == cap
 
 
+def _check_gaps(payload: dict, gaps: dict) -> None:
+    """Each ``(a, b, metric): (measured, least)``: ``a`` beats ``b`` on the
+    metric by at least ``least`` (about half the measured gap), with the 95%
+    CI of a stored contrast above 0 where the JSON has one."""
+    results = payload["results"]
+    for (a, b, metric), (measured, least) in gaps.items():
+        contrast = payload["contrasts"].get(f"{a}-{b}")
+        if contrast is not None:
+            mean, ci = contrast[metric]["mean"], contrast[metric]["ci"]
+        else:
+            mean = results[a][metric]["mean"] - results[b][metric]["mean"]
+            ci = [mean, mean]
+        assert mean >= least and ci[0] > 0, (
+            f"{metric} {a} - {b}: {mean:.3f} (CI {ci}), measured {measured}, "
+            f"at least {least} with a CI above 0"
+        )
+
+
+# Measured at SMALL with
+#   earm simulate --streams 2 --queries 20 --memories 300 --pool-size 60 \
+#     --rank 2 --resamples 100 --seed 1 --preset best --call-budget 0.2
+# (Recall@10: Full 0.994, best 0.690, Semantic 0.675). So few queries leave
+# best's capped calls little history: it gains over Semantic in the order of
+# the top ten (nDCG@10 +0.121 [0.071, 0.172], MRR +0.221), not in Recall@10.
+SIMULATE_GAPS = {
+    ("full", "best", "recall@10"): (0.304, 0.15),
+    ("best", "semantic", "ndcg@10"): (0.121, 0.06),
+    ("best", "semantic", "mrr"): (0.221, 0.11),
+}
+# Measured on conversation 30 with the options of test_locomo_preset_best_json
+# (Recall@10: Full 0.929, best 0.769, Mixed 0.626, Semantic 0.467; best -
+# Top-similarity +0.061 [-0.015, 0.145] is not asserted: its CI holds 0).
+LOCOMO_GAPS = {
+    ("full", "best", "recall@10"): (0.160, 0.08),
+    ("best", "mixed", "recall@10"): (0.143, 0.07),
+    ("best", "semantic", "recall@10"): (0.302, 0.15),
+    ("top_similarity", "semantic", "recall@10"): (0.241, 0.12),
+}
+
+
 def test_simulate_preset_best_json(tmp_path):
     out = tmp_path / "sim.json"
     result = CliRunner().invoke(
@@ -74,7 +114,9 @@ def test_simulate_preset_best_json(tmp_path):
         ],
     )
     assert result.exit_code == 0, result.output
-    _check_best(json.loads(out.read_text()), 0.2)
+    payload = json.loads(out.read_text())
+    _check_best(payload, 0.2)
+    _check_gaps(payload, SIMULATE_GAPS)
 
 
 def test_unknown_preset_is_refused():
@@ -119,4 +161,5 @@ def test_locomo_preset_best_json(tmp_path, locomo_path, embedding_cache_dir):
     assert result.exit_code == 0, result.output
     payload = json.loads(out.read_text())
     _check_best(payload, 0.25)
+    _check_gaps(payload, LOCOMO_GAPS)
     assert payload["config"]["graded"] == 0.5

@@ -89,6 +89,7 @@ def test_simulate_writes_the_documented_json_and_a_plot(tmp_path):
         payload["results"]["full"]["calls"] > payload["results"]["mixed"]["calls"] > 0
     )
     assert payload["results"]["semantic"]["calls"] == 0
+    _check_orderings(payload)
     assert png.stat().st_size > 10_000
 
     again = tmp_path / "again.json"
@@ -99,6 +100,29 @@ def test_simulate_writes_the_documented_json_and_a_plot(tmp_path):
     rerun = json.loads(again.read_text())
     assert rerun["results"] == payload["results"]
     assert rerun["contrasts"] == payload["contrasts"]
+
+
+# Recall@10 gaps at SMALL, measured with
+#   earm simulate --streams 3 --queries 25 --memories 300 --pool-size 60 \
+#     --rank 2 --resamples 200 --seed 5 --json sim.json
+# (Full 0.952, Top-similarity 0.893, Mixed 0.823, Observed 0.782, Semantic
+# 0.707): each gap must keep at least half its measured size, and its 95% CI
+# must exclude 0 (the run is seeded: a change to the code, not chance, moves it).
+ORDERINGS = {  # contrast: (measured mean, least allowed mean)
+    "full-mixed": (0.129, 0.06),
+    "mixed-semantic": (0.117, 0.05),
+    "top_similarity-semantic": (0.187, 0.09),
+    "mixed-observed_backfill": (0.041, 0.02),
+}
+
+
+def _check_orderings(payload: dict) -> None:
+    for name, (measured, least) in ORDERINGS.items():
+        gap = payload["contrasts"][name]["recall@10"]
+        assert gap["mean"] >= least and gap["ci"][0] > 0, (
+            f"Recall@10 {name}: {gap['mean']:.3f} (CI {gap['ci']}), measured "
+            f"{measured}, at least {least} with a CI above 0"
+        )
 
 
 def test_bad_option_is_a_clear_error():

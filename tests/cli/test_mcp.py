@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
+from optional_extras import require_extra
 
-pytest.importorskip("mcp")
-pytest.importorskip("sentence_transformers")
+require_extra("mcp")
+require_extra("sentence_transformers")
 
 from mcp import Client, StdioServerParameters  # noqa: E402
 

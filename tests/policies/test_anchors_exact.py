@@ -45,7 +45,8 @@ def _reference_stratified(high_fraction):
         usable = jnp.asarray(usable, bool)
         num_usable = jnp.sum(usable)
         budget = jnp.minimum(jnp.asarray(budget, jnp.int32), num_usable)
-        num_high = jnp.ceil(high_fraction * num_usable).astype(jnp.int32)
+        num_high = jnp.ceil(high_fraction * num_usable.astype(jnp.float32))
+        num_high = num_high.astype(jnp.int32)
         in_high = (_reference_ranks(query.similarity, usable) < num_high) & usable
         in_rest = usable & ~in_high
         size_high, size_rest = jnp.sum(in_high), jnp.sum(in_rest)

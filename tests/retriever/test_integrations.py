@@ -9,6 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fakes import HashEmbedder, KeywordScorer, offline_mem0  # noqa: E402
+from optional_extras import require_extra  # noqa: E402
 
 from earm_jax.retriever import OnlineRetriever, RetrieverConfig  # noqa: E402
 from earm_jax.retriever.tenants import TenantRetrievers  # noqa: E402
@@ -96,7 +97,7 @@ def test_mem0_async_path_awaits_the_retriever(tmp_path, mem0_memory):
 
 
 def test_langchain_retriever_own_pool_and_external_pool(tmp_path):
-    pytest.importorskip("langchain_core")
+    require_extra("langchain_core")
     from langchain_core.documents import Document
     from langchain_core.retrievers import BaseRetriever
 
@@ -132,7 +133,7 @@ def test_adapters_return_fresh_text_and_metadata_after_an_edit(tmp_path):
     """Mem0 and LangChain pools carry the caller's current text and metadata;
     the retriever records both (an edit for a new text), so what it returns
     is never stale."""
-    pytest.importorskip("langchain_core")
+    require_extra("langchain_core")
     from langchain_core.documents import Document
     from langchain_core.retrievers import BaseRetriever
 
@@ -163,7 +164,7 @@ def test_adapters_return_fresh_text_and_metadata_after_an_edit(tmp_path):
         assert again["c1"].page_content == "Sam plays chess on Sundays."
         assert agent.get(["c1"])[0].metadata == {"v": 3}
 
-    pytest.importorskip("mem0")
+    require_extra("mem0")
     from earm_jax.retriever.mem0 import EarmReranker
 
     with TenantRetrievers(

@@ -11,10 +11,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fakes import CONFIG, HashEmbedder, KeywordScorer  # noqa: E402
+from optional_extras import require_extra  # noqa: E402
 
 from earm_jax.retriever import OnlineRetriever  # noqa: E402
 
-pytest.importorskip("llama_index.core")
+require_extra("llama_index.core")
 
 from llama_index.core import (  # noqa: E402
     Document,

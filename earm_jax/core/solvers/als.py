@@ -73,7 +73,9 @@ def _solve_mean(params: Parameters, state: SolverState) -> Parameters:
     rest = history_without_mean(params, state)
     total = jnp.sum(jnp.where(mask, state.obs_value - rest, 0.0))
     num = jnp.sum(mask)
-    mean = jnp.where(num > 0, total / jnp.maximum(num, 1), params.global_mean)
+    mean = jnp.where(
+        num > 0, total / jnp.maximum(num, 1).astype(total.dtype), params.global_mean
+    )
     return params._replace(global_mean=mean)
 
 

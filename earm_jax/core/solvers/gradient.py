@@ -46,7 +46,10 @@ def refit_with(
     def one_step(_, carry):
         p, o = carry
         grads = grad_fn(p, state, config.l2)
-        updates, o = optimizer.update(grads, o, p)
+        # optax's Adam raises its int32 step count to a float power: allowed
+        # here also where the caller runs JAX with strict dtype promotion.
+        with jax.numpy_dtype_promotion("standard"):
+            updates, o = optimizer.update(grads, o, p)
         return optax.apply_updates(p, updates), o
 
     params, opt_state = jax.lax.fori_loop(

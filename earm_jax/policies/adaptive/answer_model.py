@@ -125,7 +125,7 @@ def answer_model(config: AdaptiveConfig) -> AnswerModel:
         inside = rs.scored & (rs.values > 0.0) & (rs.values < 1.0)
         distance = distances(ledger, rs)
         total = ledger.noise_sum + jnp.sum(jnp.where(inside, distance**2, 0.0))
-        count = ledger.noise_count + jnp.sum(inside)
+        count = ledger.noise_count + jnp.sum(inside, dtype=ledger.noise_count.dtype)
         second_moment = (total + noise_prior_sq) / (count + config.noise_prior_weight)
         return truncation_corrected_variance(second_moment)
 

@@ -219,7 +219,8 @@ def close_ledger(
         hits=hits,
         trials=trials,
         noise_sum=ledger.noise_sum + jnp.sum(jnp.where(inside, distance**2, 0.0)),
-        noise_count=ledger.noise_count + jnp.sum(inside),
+        noise_count=ledger.noise_count
+        + jnp.sum(inside, dtype=ledger.noise_count.dtype),
         null_sum=null_sum,
         null_weight=null_weight,
         hit_sum=ledger.hit_sum + jnp.sum(weight * q * rs.values),
