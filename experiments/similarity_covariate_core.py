@@ -24,7 +24,7 @@ from earm_jax.locomo.evaluate import pad_and_stack
 from earm_jax.store.embeddings import Embedder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._common import locomo_arguments, metadata, write_json  # noqa: E402
+from earm_jax.jobs.scripts import locomo_arguments, script_metadata, write_script_json  # noqa: E402
 
 METRICS = ("recall@10", "ndcg@10", "mrr")
 
@@ -95,13 +95,13 @@ def main(argv: list[str] | None = None) -> dict:
     payload = {
         "benchmark": "solver similarity covariate "
         "(evidence stand-in scorer, not an LLM)",
-        "meta": metadata(argv),
+        "meta": script_metadata(argv),
         "config": vars(args),
         "num_labelled_queries": int(labelled.sum()),
         "results": results,
         "contrasts": contrasts,
     }
-    print(f"wrote {write_json(payload, args.out)}")
+    print(f"wrote {write_script_json(payload, args.out)}")
     return payload
 
 
