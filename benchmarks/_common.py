@@ -1,50 +1,20 @@
-"""Shared pieces of the solver benchmarks: run metadata, JSON output, timing."""
+"""Shared pieces of the benchmarks: timing here; run metadata, JSON output,
+tables and the LoCoMo arguments from :mod:`earm_jax.jobs.scripts` (which the
+experiments use too)."""
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from earm_jax.jobs.metadata import provenance
-from earm_jax.jobs.metadata import write_json as write_result
+from earm_jax.jobs.scripts import locomo_arguments, print_table
+from earm_jax.jobs.scripts import script_metadata as metadata
+from earm_jax.jobs.scripts import write_script_json as write_json
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "benchmarks" / "results"
-
-
-def metadata(argv: list[str] | None = None) -> dict:
-    """Commit, date, command, versions, machine and load (the shared provenance)."""
-    arguments = sys.argv[1:] if argv is None else list(argv)
-    return provenance("python", [sys.argv[0], *arguments])
-
-
-def locomo_arguments(description: str, out: str) -> argparse.ArgumentParser:
-    """The arguments every LoCoMo benchmark takes (data, memories, noise, rank)."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--setting", default="turns", choices=("turns", "observations"))
-    parser.add_argument("--noise", type=float, default=0.1)
-    parser.add_argument("--rank", type=int, default=8)
-    parser.add_argument("--resamples", type=int, default=2000)
-    parser.add_argument("--cache-dir", default=None)
-    parser.add_argument("--out", default=out)
-    return parser
-
-
-def write_json(payload: dict, path: str | Path | None) -> Path | None:
-    """Writes ``payload`` to ``path`` (and to ``$OUT`` when that is set)."""
-    if not path:
-        return None
-    written = write_result(path, payload)
-    out = os.environ.get("OUT")
-    if out:
-        write_result(Path(out) / Path(path).name, payload)
-    return written
 
 
 def time_call(
@@ -78,24 +48,12 @@ def time_call(
     }
 
 
-def print_table(rows: list[dict], columns: list[str], title: str = "") -> None:
-    """A plain fixed-width table on stdout."""
-    if title:
-        print(f"\n{title}")
-    if not rows:
-        print("  (no rows)")
-        return
-
-    def cell(value):
-        if isinstance(value, float):
-            return f"{value:.4g}"
-        return "" if value is None else str(value)
-
-    widths = [max(len(c), *(len(cell(r.get(c))) for r in rows)) for c in columns]
-    print("  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)))
-    for r in rows:
-        print(
-            "  ".join(
-                cell(r.get(c)).rjust(w) for c, w in zip(columns, widths, strict=True)
-            )
-        )
+__all__ = [
+    "RESULTS",
+    "REPO_ROOT",
+    "locomo_arguments",
+    "metadata",
+    "print_table",
+    "time_call",
+    "write_json",
+]

@@ -36,7 +36,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from benchmarks._common import metadata, write_json  # noqa: E402
-from benchmarks.bench_solver import simulated  # noqa: E402
+from benchmarks.solver_common import simulated  # noqa: E402
 
 WORKTREE = "WORKTREE"
 

@@ -24,17 +24,15 @@ import numpy as np
 
 from earm_jax.core.online import online_solver
 from earm_jax.eval import stats
+from earm_jax.eval.best_batch import run_best
 from earm_jax.eval.compare import anchors_first
 from earm_jax.eval.metrics import ranking_metrics
 from earm_jax.jobs.metadata import provenance
 from earm_jax.locomo import EvidenceNoise, build_streams, load_locomo
 from earm_jax.locomo.evaluate import pad_and_stack
 from earm_jax.policies import adaptive as ad
-from earm_jax.policies.adaptive_history import run_adaptive_with_history
 from earm_jax.policies.anchors import top_similarity_anchors
 from earm_jax.policies.budget import stage_schedule
-from earm_jax.policies.paper import top_similarity_policy
-from earm_jax.settings import EarmSettings
 from earm_jax.store.embeddings import Embedder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -127,40 +125,11 @@ def metrics_of(scores, batch, usable, k=10):
     }, np.asarray(m.has_relevant)
 
 
-def run_best(policy, batch, usable, rank: int = 8):
-    """The adaptive policy over every stream; with the learned order, beside the
-    solver of Mixed's settings (rows as wide as the pool)."""
-    if policy.config.unscored_order != "learned":
-        job = jax.jit(jax.vmap(lambda q, s, u: ad.run_adaptive(policy, q, s, u)))
-        return job(batch.queries, batch.scores, usable)
-    num_streams, num_queries, pool = batch.scores.shape
-    solver = online_solver(
-        EarmSettings(rank=rank).solver_config(
-            int(batch.insert_time.shape[1]), num_queries, pool
-        ),
-        top_similarity_policy(pool_size=pool),
-    )
-    keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(0), i))(
-        jnp.arange(num_streams)
-    )
-    job = jax.jit(
-        jax.vmap(
-            lambda k, q, s, t, u: run_adaptive_with_history(
-                policy, solver, k, q, s, t, u
-            )
-        )
-    )
-    (ledger, _), info = job(
-        keys, batch.queries, batch.scores, batch.insert_time, usable
-    )
-    return ledger, info
-
-
 def run_point(batch, real, config: ad.AdaptiveConfig, variants=None):
     base, usable = baselines(batch)
     policy = ad.adaptive_policy(config)
     t0 = time.time()
-    ledger, info = run_best(policy, batch, usable)
+    ledger, info = jax.jit(lambda b, u: run_best(policy, b, u))(batch, usable)
     jax.block_until_ready(info)
     elapsed = time.time() - t0
     rows = {}
@@ -301,7 +270,6 @@ def run_with_completion(policy, solver_config, batch, usable, mode="completion")
     """Experiment: the adaptive anchors, then the solver's completion orders the
     unscored candidates (EARM on top of adaptive anchors)."""
     from earm_jax.base import Observation
-    from earm_jax.core.online import online_solver
     from earm_jax.policies import paper_policy
 
     solver = online_solver(

@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 import earm_jax as ej  # noqa: E402
 from benchmarks._common import metadata, write_json  # noqa: E402
-from benchmarks.bench_solver import hlo_ops, simulated, solver_config  # noqa: E402
+from benchmarks.solver_common import hlo_ops, simulated, solver_config  # noqa: E402
 
 _DEFINITION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = (\S+) ")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')

@@ -28,6 +28,7 @@ from earm_jax.core.config import Parameters as Parameters
 from earm_jax.core.config import SolverConfig as SolverConfig
 from earm_jax.core.config import SolverState as SolverState
 from earm_jax.core.online import online_solver as online_solver
+from earm_jax.core.run import STREAM_AXIS as STREAM_AXIS
 from earm_jax.core.run import run as run
 from earm_jax.core.run import run_batch as run_batch
 from earm_jax.core.solvers import SOLVERS as SOLVERS
@@ -41,6 +42,7 @@ from earm_jax.settings import EarmSettings as EarmSettings
 __version__ = "0.1.0"
 
 __all__ = [
+    "STREAM_AXIS",
     "NOT_INSERTED",
     "SOLVERS",
     "EarmSettings",

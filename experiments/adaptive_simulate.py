@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.adaptive_locomo import run_best  # noqa: E402
+from earm_jax.contrib.stop_rules import rejected_stop_rule
 from earm_jax.eval import stats
+from earm_jax.eval.best_batch import run_best
 from earm_jax.eval.compare import anchors_first, usable_mask
 from earm_jax.eval.metrics import ranking_metrics
 from earm_jax.eval.simulate import SimConfig, make_streams
@@ -40,9 +39,20 @@ def main(overrides: dict, budget: float = 0.25, streams: int = 16) -> dict:
         batch.queries, budgets, usable
     )
     sim = jnp.where(usable, batch.queries.similarity, -jnp.inf)
+    overrides = dict(overrides)
+    # A rejected stop rule is named here and built from earm_jax.contrib, with
+    # the price pacing the price rules read.
+    rule = overrides.pop("stop_rule", "settle_or_spill")
+    pacing = {
+        name: overrides.pop(name)
+        for name in ("initial_price", "pacing_rate")
+        if name in overrides
+    }
+    if rule != "settle_or_spill" or pacing:
+        overrides["stop_rule"] = rejected_stop_rule(rule, **pacing)
     cfg = ad.AdaptiveConfig(pool_size=config.pool_size, call_budget=budget, **overrides)
     policy = ad.adaptive_policy(cfg)
-    _, info = run_best(policy, batch, usable)
+    _, info = jax.jit(lambda b, u: run_best(policy, b, u))(batch, usable)
     ranks = {
         "semantic": sim,
         "full": jnp.where(usable, batch.scores, -jnp.inf),

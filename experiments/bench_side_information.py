@@ -31,12 +31,12 @@ from pathlib import Path
 import jax
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._common import metadata, print_table, write_json  # noqa: E402
 from earm_jax.core.online import online_solver
 from earm_jax.core.run import run
 from earm_jax.core.side_information import side_information
 from earm_jax.eval.compare import usable_mask
 from earm_jax.eval.simulate import SimConfig, SimKnobs, make_streams
+from earm_jax.jobs.scripts import print_table, script_metadata, write_script_json  # noqa: E402
 from earm_jax.policies.side_information import run_mixed_side
 from earm_jax.settings import EarmSettings
 
@@ -147,9 +147,9 @@ def main(argv: list[str] | None = None) -> None:
         ["D", "without us", "with us", "ratio", "side KiB", "solver KiB"],
         title="side-information completion: cost per stream-query (paired)",
     )
-    write_json(
+    write_script_json(
         {
-            **metadata(argv),
+            **script_metadata(argv),
             "config": vars(args),
             "device": str(jax.devices()[0]),
             "results": rows,

@@ -27,7 +27,7 @@ from earm_jax.locomo.evaluate import pad_and_stack
 from earm_jax.store.embeddings import Embedder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._common import locomo_arguments, metadata, write_json  # noqa: E402
+from earm_jax.jobs.scripts import locomo_arguments, script_metadata, write_script_json  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -77,12 +77,12 @@ def main(argv: list[str] | None = None) -> dict:
     payload = {
         "benchmark": "completion on top of Top-similarity anchors "
         "(evidence stand-in scorer, not an LLM)",
-        "meta": metadata(argv),
+        "meta": script_metadata(argv),
         "config": vars(args),
         "num_labelled_queries": int(labelled.sum()),
         "results": rows,
     }
-    out = write_json(payload, args.out)
+    out = write_script_json(payload, args.out)
     print(f"wrote {out}")
     return payload
 

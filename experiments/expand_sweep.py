@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from earm_jax.core.expand import ExpandInfo, expanded_ranking, run_expanded
+from earm_jax.contrib.expand import ExpandInfo, expanded_ranking, run_expanded
 from earm_jax.core.online import online_solver
 from earm_jax.eval import stats
 from earm_jax.eval.compare import usable_mask

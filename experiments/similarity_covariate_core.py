@@ -1,5 +1,6 @@
-"""The solver's own similarity covariate (``SolverConfig.similarity_covariate``:
-the exact joint fold-in of (c_t, v_t, β_t)) against the paper's fold-in, on
+"""The solver's own similarity covariate (``earm_jax.contrib.similarity_covariate``,
+once ``SolverConfig.similarity_covariate``: the exact joint fold-in of
+(c_t, v_t, β_t)) against the paper's fold-in, on
 LoCoMo with the evidence stand-in scorer (not an LLM), for the paper's anchors
 (Mixed) and for Top-similarity anchors + completion.
 
@@ -17,16 +18,32 @@ import jax.numpy as jnp
 import numpy as np
 
 import earm_jax as ej
+from earm_jax.contrib.similarity_covariate import similarity_covariate_solver
 from earm_jax.eval import stats
-from earm_jax.eval.compare import evaluate_policies
+from earm_jax.eval.compare import (
+    PolicyRanking,
+    evaluate_policies,
+    policy_metrics,
+    usable_mask,
+)
 from earm_jax.locomo import EvidenceNoise, build_streams, load_locomo
 from earm_jax.locomo.evaluate import pad_and_stack
 from earm_jax.store.embeddings import Embedder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._common import locomo_arguments, metadata, write_json  # noqa: E402
+from earm_jax.jobs.scripts import locomo_arguments, script_metadata, write_script_json  # noqa: E402
 
 METRICS = ("recall@10", "ndcg@10", "mrr")
+
+
+def evaluate_with_covariate(key, stream, config, policy):
+    """``evaluate_policies``' Mixed (same key, so the same anchors) with the
+    covariate in the fold-in: ``(metrics, has_relevant, calls)``."""
+    _, infos = ej.run(similarity_covariate_solver(config, policy), key, stream)
+    calls = jnp.sum(infos.anchors, axis=-1, dtype=jnp.int32)
+    ranking = PolicyRanking(infos.scores, usable_mask(stream), calls)
+    metrics, has_relevant = policy_metrics({"mixed": ranking}, stream)
+    return metrics, has_relevant, calls
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -57,10 +74,8 @@ def main(argv: list[str] | None = None) -> dict:
     ):
         runs = {}
         for flag in (False, True):
-            config = base._replace(similarity_covariate=flag)
-            job = jax.jit(
-                jax.vmap(lambda k, s, c=config, p=policy: evaluate_policies(k, s, c, p))
-            )
+            evaluate = evaluate_with_covariate if flag else evaluate_policies
+            job = jax.jit(jax.vmap(lambda k, s, e=evaluate, p=policy: e(k, s, base, p)))
             metrics, has_relevant, _ = jax.tree.map(np.asarray, job(keys, batch))
             labelled = has_relevant[real]
             runs[flag] = {m: metrics["mixed"][m][real] for m in METRICS}
@@ -95,13 +110,13 @@ def main(argv: list[str] | None = None) -> dict:
     payload = {
         "benchmark": "solver similarity covariate "
         "(evidence stand-in scorer, not an LLM)",
-        "meta": metadata(argv),
+        "meta": script_metadata(argv),
         "config": vars(args),
         "num_labelled_queries": int(labelled.sum()),
         "results": results,
         "contrasts": contrasts,
     }
-    print(f"wrote {write_json(payload, args.out)}")
+    print(f"wrote {write_script_json(payload, args.out)}")
     return payload
 
 

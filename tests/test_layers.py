@@ -22,6 +22,9 @@ LAYERS: dict[str, float] = {
     "earm_jax.base": 0.5,  # base builds on the type aliases
     "earm_jax.core": 1,
     "earm_jax.policies": 2,
+    # What was measured and rejected: builds on core and policies; only the
+    # opt-in search expansion of the evaluation (``expand > 0``) imports it.
+    "earm_jax.contrib": 2.5,
     "earm_jax.settings": 3,
     "earm_jax": 3,  # the package root re-exports core, policies and settings
     "earm_jax.eval": 4,

@@ -36,6 +36,14 @@ candidate (``query.valid`` False). A repeated id is not checked under
 >>> error.get()
 'query.candidates[3]=99 is not a memory id in [0, num_memories=20) ...'
 
+Under ``vmap`` over streams a failed check names the stream: as
+``"stream 3: query.candidates[2]=99 ..."`` when the ``vmap`` is
+:func:`~earm_jax.run_batch`'s (without ``streams_per_chunk``) or one named
+``axis_name=earm_jax.core.run.STREAM_AXIS``; ``checkify.checkify`` wrapped
+around a ``vmap`` otherwise reports only the first failure, whichever stream
+it came from. (``vmap`` of a function already checkified reports every failed
+stream as ``"at mapped index 3: ..."``.)
+
 Without ``checkify.checkify`` the checked functions still work eagerly (a
 failed check raises at once) but refuse to be staged by ``jit``. The checks
 read the inputs only: on good inputs every output equals the unchecked
@@ -44,11 +52,13 @@ solver's, bit for bit.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jax.experimental import checkify
 
 from earm_jax.base import Observation, Query, StepInfo
 from earm_jax.core.config import OnlineSolver, SolverState
+from earm_jax.core.run import STREAM_AXIS
 from earm_jax.types import Array, ArrayLike, PRNGKey
 
 
@@ -57,13 +67,33 @@ def _first(bad: Array) -> Array:
     return jnp.argmax(bad).astype(jnp.int32)
 
 
+def _stream_index() -> Array | None:
+    """The stream's index when traced inside a ``vmap`` named
+    :data:`~earm_jax.core.run.STREAM_AXIS`, else ``None``."""
+    try:
+        return jax.lax.axis_index(STREAM_AXIS)
+    except NameError:  # not under a vmap over streams
+        return None
+
+
+def _check(ok: Array, message: str, **values: Array) -> None:
+    """``checkify.check``, the message prefixed by the stream's index under a
+    ``vmap`` over streams (``checkify`` outside that ``vmap`` keeps only the
+    first failure and not its index, so the index travels in the message)."""
+    stream = _stream_index()
+    if stream is not None:
+        message = "stream {stream}: " + message
+        values = {"stream": stream, **values}
+    checkify.check(ok, message, **values)
+
+
 def check_query_ids(query: Query, num_memories: int) -> None:
     """checkify checks: valid candidates are memory ids with finite similarity."""
     candidates = jnp.asarray(query.candidates)
     valid = jnp.asarray(query.valid, bool)
     outside = valid & ((candidates < 0) | (candidates >= num_memories))
     position = _first(outside)
-    checkify.check(
+    _check(
         ~jnp.any(outside),
         "query.candidates[{position}]={value} is not a memory id in "
         f"[0, num_memories={num_memories}) (mark padding with query.valid=False)",
@@ -73,7 +103,7 @@ def check_query_ids(query: Query, num_memories: int) -> None:
     similarity = jnp.asarray(query.similarity)
     not_finite = valid & ~jnp.isfinite(similarity)
     position = _first(not_finite)
-    checkify.check(
+    _check(
         ~jnp.any(not_finite),
         "query.similarity[{position}]={value} is not finite at a valid candidate",
         position=position,
@@ -87,7 +117,7 @@ def check_observation_scores(query: Query, observation: Observation) -> None:
     mask = jnp.asarray(observation.mask, bool)
     bad = mask & ~((values >= 0.0) & (values <= 1.0))  # False for NaN too
     position = _first(bad)
-    checkify.check(
+    _check(
         ~jnp.any(bad),
         "observation.values[{position}]={value} where observation.mask is True: "
         "an observed score must be finite and in [0, 1] (leave a failed pair "
@@ -97,7 +127,7 @@ def check_observation_scores(query: Query, observation: Observation) -> None:
     )
     padding = mask & ~jnp.asarray(query.valid, bool)
     position = _first(padding)
-    checkify.check(
+    _check(
         ~jnp.any(padding),
         "observation.mask[{position}] is True where query.valid is False: a "
         "padding candidate has no score",

@@ -44,15 +44,12 @@ class LowRankModel(NamedTuple):
       init_scale: standard deviation of the random initial memory factors.
       clip_completions: clip completions into [0, 1] in the mixed scores, so
         no prediction outranks a direct score of 1.
-      similarity_covariate: fold the new query in with a similarity term
-        (see :class:`~earm_jax.core.config.SolverConfig`). Default off.
     """
 
     num_memories: int
     rank: int = 8
     init_scale: float = 0.1
     clip_completions: bool = True
-    similarity_covariate: bool = False
 
 
 class RowHistory(NamedTuple):
@@ -160,7 +157,6 @@ def compose_solver(
         rank=model.rank,
         init_scale=model.init_scale,
         clip_completions=model.clip_completions,
-        similarity_covariate=model.similarity_covariate,
         entry_capacity=history.entry_capacity if uses_log else 0,
     )
     try:

@@ -60,14 +60,6 @@ class SolverConfig(NamedTuple):
         and counted in ``StepInfo.dropped``;
         :func:`~earm_jax.core.entry_log.entries_needed` gives an ``E`` that
         never drops. 0 (default): the row layout.
-      similarity_covariate: fold the new query in with a similarity term,
-        :math:`\\hat y = \\mu + b_m + c_t + \\beta_t \\tilde s_{m,t} + u_m \\cdot v_t`
-        (:func:`~earm_jax.core.model.fold_in_with_similarity`; ``s̃`` the
-        similarity standardised over the query's usable pool, ``β_t`` ridge
-        fitted from the query's anchors alone), so unscored candidates keep some
-        of their semantic order where history says little. The history model
-        (μ, b, U and past queries' c, v) is fitted without it, as in the paper
-        (β = 0 there). Default off.
       block_entries: with the log, the most history entries one incremental
         step visits (``>= 2 * max_budget``). 0 (default):
         ``(refresh_rows + 1) * max_budget``, i.e. the whole block every step,
@@ -94,7 +86,6 @@ class SolverConfig(NamedTuple):
     clip_completions: bool = True
     entry_capacity: int = 0
     block_entries: int = 0
-    similarity_covariate: bool = False
 
 
 class SolverState(NamedTuple):
@@ -202,11 +193,6 @@ class InputTypeError(TypeError, ValueError):
 
 def validate_config(config: SolverConfig) -> None:
     """Raises ``ValueError`` naming the first bad field of ``config``."""
-    if not isinstance(config.similarity_covariate, bool):
-        raise ValueError(
-            "SolverConfig.similarity_covariate must be a bool, got "
-            f"{config.similarity_covariate!r}"
-        )
     for name in ("num_memories", "capacity", "pool_size", "max_budget"):
         value = getattr(config, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:

@@ -139,38 +139,6 @@ def standardised_similarity(similarity: ArrayLike, usable: ArrayLike) -> Array:
     return jnp.where(usable & (spread > 1e-6), scaled, 0.0)
 
 
-def fold_in_with_similarity(
-    params: Parameters,
-    memory_count: ArrayLike,
-    memories: ArrayLike,
-    values: ArrayLike,
-    mask: ArrayLike,
-    covariate: ArrayLike,
-    l2: float,
-) -> tuple[Array, Array, Array]:
-    r"""The new query's :math:`(c_t, v_t, \beta_t)` from its own anchors.
-
-    As :func:`fold_in` with one more regressor, the candidate's standardised
-    similarity :math:`\tilde s` (``covariate``): a ridge problem of size
-    ``R + 2``, :math:`\min \sum_k m_k (y_k - \mu - b_{m_k} - c - \beta
-    \tilde s_k - u_{m_k}\cdot v)^2 + \lambda (c^2 + \beta^2 + \|v\|^2)`.
-
-    Returns:
-      ``(query_bias float32[], query_factors float32[R], similarity_weight
-      float32[])``.
-    """
-    factors = effective_memory_factors(params.memory_factors, memory_count)
-    memories = jnp.asarray(memories)
-    covariate = jnp.asarray(covariate, jnp.float32)[:, None]
-    features = linalg.with_intercept(
-        jnp.concatenate([covariate, factors[memories]], -1)
-    )
-    targets = jnp.asarray(values) - params.global_mean - params.memory_bias[memories]
-    gram, rhs = linalg.normal_equations(features, targets, mask)
-    solution = linalg.ridge_solve(gram, rhs, l2)
-    return solution[0], solution[2:], solution[1]
-
-
 def mixed_scores(
     completed: ArrayLike, values: ArrayLike, observed: ArrayLike, usable: ArrayLike
 ) -> Array:
@@ -183,7 +151,6 @@ def mixed_scores(
 __all__ = [
     "effective_memory_factors",
     "fold_in",
-    "fold_in_with_similarity",
     "history_rows",
     "history_without_mean",
     "loss",

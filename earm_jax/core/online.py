@@ -33,6 +33,7 @@ The solver is a NamedTuple of pure functions (optax / blackjax style):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -57,11 +58,9 @@ from earm_jax.core.config import (
 )
 from earm_jax.core.model import (
     fold_in,
-    fold_in_with_similarity,
     mixed_scores,
     parameters,
     predict,
-    standardised_similarity,
 )
 from earm_jax.core.prefix import running_count
 from earm_jax.core.solvers import SolverAlgorithm, get_solver
@@ -94,6 +93,32 @@ def observed_first(observed: ArrayLike) -> Array:
     return jnp.zeros_like(items).at[position].set(items, unique_indices=True)
 
 
+FoldIn = Callable[..., tuple[Array, Array, Array]]
+"""``(params, memory_count, query, values, observed, usable, l2) ->
+(query_bias, query_factors, completed)``: the new query's parameters from its
+own anchors, and the completion of its pool (``float32[N]``)."""
+
+
+def paper_fold_in(
+    params: Parameters,
+    memory_count: ArrayLike,
+    query: Query,
+    values: ArrayLike,
+    observed: ArrayLike,
+    usable: ArrayLike,
+    l2: float,
+) -> tuple[Array, Array, Array]:
+    """The paper's fold-in (:func:`~earm_jax.core.model.fold_in`, a ridge solve
+    of size ``R + 1`` on the query's anchors) and the completion it gives."""
+    query_bias, query_factors = fold_in(
+        params, memory_count, query.candidates, values, observed, l2
+    )
+    completed = predict(
+        params, memory_count, query.candidates, query_bias, query_factors
+    )
+    return query_bias, query_factors, completed
+
+
 def with_algorithm(config: SolverConfig, algorithm: SolverAlgorithm) -> SolverConfig:
     """``config`` with ``algorithm``'s name and bound hyperparameters written in."""
     if not isinstance(algorithm, SolverAlgorithm):
@@ -105,7 +130,11 @@ def with_algorithm(config: SolverConfig, algorithm: SolverAlgorithm) -> SolverCo
 
 
 def online_solver(
-    config: SolverConfig, policy: Policy, algorithm: SolverAlgorithm | None = None
+    config: SolverConfig,
+    policy: Policy,
+    algorithm: SolverAlgorithm | None = None,
+    *,
+    fold_in: FoldIn = paper_fold_in,
 ) -> OnlineSolver:
     """Builds the causal online solver for ``config`` and ``policy``.
 
@@ -120,6 +149,9 @@ def online_solver(
         replace those fields of ``config`` (the returned solver's ``config``
         reports them). :func:`~earm_jax.core.compose.compose_solver` builds
         the config from smaller parts.
+      fold_in: how the new query is folded in from its anchors and its pool
+        completed (a :data:`FoldIn`); the paper's by default. A measured
+        variant lives in :mod:`earm_jax.contrib.similarity_covariate`.
 
     Returns:
       An :class:`OnlineSolver` of pure, jit-able functions. Nothing is jitted
@@ -208,32 +240,10 @@ def online_solver(
 
         # 1. Refit on queries < t (the history does not hold row t yet).
         params, extras = refit(state)
-        # 2. Fold in query t from its anchors alone.
-        if config.similarity_covariate:
-            covariate = standardised_similarity(query.similarity, usable)
-            query_bias, query_factors, weight = fold_in_with_similarity(
-                params,
-                state.memory_count,
-                query.candidates,
-                values,
-                observed,
-                covariate,
-                config.l2,
-            )
-        else:
-            query_bias, query_factors = fold_in(
-                params,
-                state.memory_count,
-                query.candidates,
-                values,
-                observed,
-                config.l2,
-            )
-        completed = predict(
-            params, state.memory_count, query.candidates, query_bias, query_factors
+        # 2. Fold in query t from its anchors alone; complete its pool.
+        query_bias, query_factors, completed = fold_in(
+            params, state.memory_count, query, values, observed, usable, config.l2
         )
-        if config.similarity_covariate:
-            completed = completed + weight * covariate
         completed = jnp.where(usable, completed, 0.0)
         shown = jnp.clip(completed, 0.0, 1.0) if config.clip_completions else completed
         # One ulp below: at equal value the direct score outranks the completion.
@@ -310,8 +320,10 @@ def online_solver(
 
 
 __all__ = [
+    "FoldIn",
     "observed_first",
     "online_solver",
+    "paper_fold_in",
     "usable_candidates",
     "with_algorithm",
 ]

@@ -90,6 +90,14 @@ def run(
     return jax.lax.scan(one_query, state, (keys, stream.queries, stream.scores))
 
 
+STREAM_AXIS = "streams"
+"""The name :func:`run_batch` gives its ``vmap`` over streams (and the stream
+mesh's axis, :mod:`earm_jax.core.sharding`): :func:`~earm_jax.core.checked.checked`
+reads the stream's index from it (``jax.lax.axis_index``) to say which stream
+failed. A ``vmap`` of your own names it the same way:
+``jax.vmap(f, axis_name=STREAM_AXIS)``."""
+
+
 def run_batch(
     solver: OnlineSolver,
     keys: PRNGKey,
@@ -133,11 +141,19 @@ def run_batch(
             )
         streams_per_chunk = int(streams_per_chunk)  # e.g. from a NumPy integer
 
-    def batch(keys, streams):
-        return jax.vmap(lambda key, stream: run(solver, key, stream))(keys, streams)
-
     num_streams = jnp.shape(streams.scores)[0]
-    if streams_per_chunk is None or streams_per_chunk >= num_streams:
+    whole_batch = streams_per_chunk is None or streams_per_chunk >= num_streams
+    # Inside a chunk the vmap's index is the position in the chunk, not the
+    # stream's: leave the axis unnamed there, so a failed check names no
+    # stream rather than a wrong one.
+    axis_name = STREAM_AXIS if whole_batch else None
+
+    def batch(keys, streams):
+        return jax.vmap(
+            lambda key, stream: run(solver, key, stream), axis_name=axis_name
+        )(keys, streams)
+
+    if whole_batch:
         return batch(keys, streams)
     num_chunks = num_streams // streams_per_chunk
     whole = num_chunks * streams_per_chunk
@@ -157,4 +173,4 @@ def run_batch(
     return jax.tree.map(lambda head, tail: jnp.concatenate([head, tail]), outputs, rest)
 
 
-__all__ = ["check_stream", "run", "run_batch", "start_stream"]
+__all__ = ["STREAM_AXIS", "check_stream", "run", "run_batch", "start_stream"]

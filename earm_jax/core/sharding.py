@@ -54,9 +54,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from earm_jax.core.config import OnlineSolver
-from earm_jax.core.run import run_batch
-
-STREAM_AXIS = "streams"
+from earm_jax.core.run import STREAM_AXIS, run_batch
 
 
 def stream_mesh(

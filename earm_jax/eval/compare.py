@@ -24,7 +24,7 @@ learned order reads that completion): :mod:`earm_jax.policies.side_information`.
 With ``expand=E > 0`` an eighth (or ninth) policy ``mixed_expand``: Mixed's
 ranking of the pool plus ``E`` expansion slots, the eligible memories outside
 the pool with the highest completion (docs/design-notes.md,
-:mod:`earm_jax.core.expand`); same anchors and calls as ``mixed``. Its ranking
+:mod:`earm_jax.contrib.expand`); same anchors and calls as ``mixed``. Its ranking
 has ``N + E`` items, its own relevance labels (from
 ``Stream.relevant_memories``) and per-query rows ``expanded@K`` (expansion
 memories in the top K) and ``expanded_relevant@K`` (those that are relevant).
@@ -40,7 +40,6 @@ import jax.numpy as jnp
 
 from earm_jax.base import Policy, Stream
 from earm_jax.core.config import SolverConfig
-from earm_jax.core.expand import expanded_ranking, run_expanded
 from earm_jax.core.online import online_solver
 from earm_jax.core.run import run
 from earm_jax.core.side_information import SideInformation
@@ -156,6 +155,10 @@ def compare_policies(
     solver = online_solver(config, policy)
     expanded = {}
     if expand > 0:
+        # Search expansion measured negative and lives outside the traced core
+        # (docs/design-notes.md): imported only when asked for.
+        from earm_jax.contrib.expand import expanded_ranking, run_expanded
+
         if stream.relevant_memories is None:
             raise ValueError(
                 "expand > 0 needs stream.relevant_memories (labels of the memories "

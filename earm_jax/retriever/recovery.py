@@ -353,6 +353,15 @@ class Recovery:
         removed), so the caller replays the journal instead."""
         seq, num_queries, stored_config, leaves, names = snapshot
         where = f"{self._journal.path}: snapshot at operation {seq}"
+        # Folders written while the similarity covariate was a field of the
+        # solver's config store it (False: a retriever never set it); the
+        # covariate left the solver for earm_jax.contrib.similarity_covariate.
+        stored_config = dict(stored_config)
+        if stored_config.pop("similarity_covariate", False):
+            raise CorruptFolderError(
+                f"{where}: stored with the similarity covariate, which the "
+                "solver no longer has (earm_jax.contrib.similarity_covariate)"
+            )
         try:
             solver_config = SolverConfig(**stored_config)
         except TypeError as error:

@@ -116,3 +116,52 @@ def test_checked_functions_refuse_jit_without_checkify():
         jax.jit(checked.select)(
             jax.random.key(0), solver.init(jax.random.key(0)), _query(stream)
         )
+
+
+STREAMS = 5
+
+
+def _streams_with_a_bad_id_in(bad_stream: int) -> ej.Stream:
+    stream, _, _, _, _ = _setup()
+    streams = jax.tree.map(lambda leaf: jnp.stack([leaf] * STREAMS), stream)
+    candidates = streams.queries.candidates.at[bad_stream, 2, 4].set(99)
+    return streams._replace(queries=streams.queries._replace(candidates=candidates))
+
+
+def test_under_jit_of_vmap_the_message_names_the_failed_stream():
+    # checkify outside the vmap keeps only the first failure, so without the
+    # stream's index in the message the user could not tell which one it was.
+    streams = _streams_with_a_bad_id_in(3)
+    _, solver, checked, _, _ = _setup()
+    keys = jax.random.split(jax.random.key(0), STREAMS)
+    select = jax.vmap(checked.select, axis_name=ej.STREAM_AXIS)
+    states = jax.vmap(solver.init)(keys)
+    queries = jax.tree.map(lambda leaf: leaf[:, 2], streams.queries)
+    error, _ = checkify.checkify(jax.jit(select))(keys, states, queries)
+    message = _error_message(error)
+    assert message.startswith("stream 3: query.candidates[4]=99 is not a memory id")
+
+
+def test_run_batch_names_the_failed_stream():
+    streams = _streams_with_a_bad_id_in(3)
+    _, _, checked, _, _ = _setup()
+    keys = jax.random.split(jax.random.key(0), STREAMS)
+    run_batch = jax.jit(checkify.checkify(functools.partial(ej.run_batch, checked)))
+    error, _ = run_batch(keys, streams)
+    assert _error_message(error).startswith("stream 3: query.candidates[4]=99")
+    # Good streams: no error, and the checked batch equals the unchecked one.
+    stream, solver, _, _, _ = _setup()
+    good = jax.tree.map(lambda leaf: jnp.stack([leaf] * STREAMS), stream)
+    error, got = run_batch(keys, good)
+    assert error.get() is None
+    want = jax.jit(functools.partial(ej.run_batch, solver))(keys, good)
+    for leaf, other in zip(jax.tree.leaves(want), jax.tree.leaves(got), strict=True):
+        np.testing.assert_array_equal(np.asarray(other), np.asarray(leaf))
+
+
+def test_outside_a_vmap_over_streams_the_message_names_no_stream():
+    stream, solver, _, select, _ = _setup()
+    query = _query(stream)
+    query = query._replace(candidates=query.candidates.at[4].set(99))
+    error, _ = select(jax.random.key(0), solver.init(jax.random.key(0)), query)
+    assert _error_message(error).startswith("query.candidates[4]=99")

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from earm_jax.base import Query
+from earm_jax.contrib.stop_rules import REJECTED_STOP_RULES, rejected_stop_rule
 from earm_jax.policies import adaptive as ad
 
 # Slow: the adaptive policy: a ledger test per stop rule, hypothesis streams; ~2-4 min.
@@ -218,8 +219,8 @@ def test_noise_estimate_tracks_the_scorer():
         ("round_sizes", (4, 0)),
         ("call_budget", 1.5),
         ("max_per_query", -1),
-        ("initial_price", 0.0),
         ("stop_rule", "never"),
+        ("stop_rule", object()),
         ("merge", "mystery"),
     ],
 )
@@ -228,11 +229,15 @@ def test_bad_config_raises_naming_the_field(field, value):
         ad.adaptive_policy(ad.AdaptiveConfig(pool_size=8)._replace(**{field: value}))
 
 
-@pytest.mark.parametrize("stop_rule", ad.STOP_RULES)
+STOP_RULES = {"settle_or_spill": "settle_or_spill"} | REJECTED_STOP_RULES
+
+
+@pytest.mark.parametrize("stop_rule", STOP_RULES)
 def test_every_stop_rule_keeps_the_ledger(stop_rule):
-    """The hard cap holds for every stop rule (not only the default), for a
-    scorer that never settles and one that settles at once."""
-    config = CONFIG._replace(stop_rule=stop_rule, call_budget=0.2)
+    """The hard cap holds for every stop rule (not only the default, also the
+    rejected ones of earm_jax.contrib), for a scorer that never settles and one
+    that settles at once."""
+    config = CONFIG._replace(stop_rule=STOP_RULES[stop_rule], call_budget=0.2)
     policy = ad.adaptive_policy(config)
     queries, _ = _stream(3, num_queries=10)
     usable = np.asarray(queries.valid)
@@ -247,11 +252,36 @@ def test_every_stop_rule_keeps_the_ledger(stop_rule):
     assert np.asarray(info.calls)[0].sum() > 0
 
 
+def test_the_default_ledger_carries_no_price():
+    """Price pacing is read only by rejected stop rules: the shipped ledger
+    carries nothing for the stop rule, a price rule carries its paced price."""
+    ledger = ad.adaptive_policy(CONFIG).init()
+    assert ledger.stop_state == ()
+    assert "price" not in ad.Ledger._fields
+    priced = CONFIG._replace(stop_rule=rejected_stop_rule("price", 0.2, 0.5))
+    policy = ad.adaptive_policy(priced)
+    queries, _ = _stream(3, num_queries=10)
+    scores = jnp.ones(queries.valid.shape, jnp.float32)
+    final, _ = jax.jit(lambda q, s: ad.run_adaptive(policy, q, s))(queries, scores)
+    assert float(policy.init().stop_state) == pytest.approx(0.2)
+    assert 1e-4 <= float(final.stop_state) <= 1.0
+    assert float(final.stop_state) != pytest.approx(0.2)  # paced
+
+
+@pytest.mark.parametrize(
+    "field, value", [("initial_price", 0.0), ("pacing_rate", -1.0)]
+)
+def test_bad_price_pacing_raises_naming_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        rejected_stop_rule("price", **{field: value})
+
+
 def test_rejected_stop_rules_stay_off_the_default_path():
-    """The default policy, built and stepped, never imports the rejected stop
-    rules; a configuration naming one of them does."""
+    """The package and the default policy, built and stepped, never import the
+    rejected stop rules (earm_jax.contrib)."""
     code = (
         "import sys, jax.numpy as jnp\n"
+        "import earm_jax\n"
         "import earm_jax.policies.adaptive as ad\n"
         "from earm_jax.base import Query\n"
         "config = ad.AdaptiveConfig(pool_size=4, round_sizes=(2,))\n"
@@ -259,15 +289,12 @@ def test_rejected_stop_rules_stay_off_the_default_path():
         "query = Query(jnp.arange(4, dtype=jnp.int32), jnp.linspace(1, 0, 4),\n"
         "              jnp.ones(4, bool))\n"
         "policy.step(policy.init(), query, jnp.zeros(4))\n"
-        "print(sorted(m for m in sys.modules if m.endswith('adaptive.experimental')))\n"
-        "ad.adaptive_policy(ad.AdaptiveConfig(pool_size=4, stop_rule='settle'))\n"
-        "print(sorted(m for m in sys.modules if m.endswith('adaptive.experimental')))\n"
+        "print(sorted(m for m in sys.modules if m.startswith('earm_jax.contrib')))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.split("\n")
     assert out[0] == "[]"
-    assert out[1] == "['earm_jax.policies.adaptive.experimental']"
 
 
 def test_a_settled_query_spends_only_what_would_spill():

@@ -80,6 +80,40 @@ def test_crash_and_restart_gives_the_uninterrupted_answers(tmp_path, solver):
     third.close()
 
 
+def test_a_snapshot_storing_the_similarity_covariate_flag_still_opens(tmp_path):
+    """Folders written while ``similarity_covariate`` was a field of the
+    solver's config store it (False) with every snapshot; the field left the
+    solver (earm_jax.contrib), and such a folder opens from its snapshot to
+    the answers of a run that never stopped."""
+    import json
+    import sqlite3
+
+    config = dataclasses.replace(CONFIG, snapshot_every=3)
+    texts, asks = memories(30), queries(9)
+    with _open(tmp_path / "straight", config=config) as straight:
+        straight.add(texts)
+        expected = [straight.query(q) for q in asks]
+    with _open(tmp_path / "old", config=config) as first:
+        first.add(texts)
+        answers = [first.query(q) for q in asks[:6]]
+    db = sqlite3.connect(tmp_path / "old" / "journal.sqlite")
+    rows = db.execute("SELECT rowid, solver_config FROM snapshots").fetchall()
+    assert rows
+    for rowid, stored in rows:
+        stored = json.loads(stored)
+        assert "similarity_covariate" not in stored
+        db.execute(
+            "UPDATE snapshots SET solver_config=? WHERE rowid=?",
+            (json.dumps(stored | {"similarity_covariate": False}), rowid),
+        )
+    db.commit()
+    db.close()
+    with _open(tmp_path / "old", config=config) as again:
+        answers += [again.query(q) for q in asks[6:]]
+    for got, want in zip(answers, expected, strict=True):
+        _same(got, want)
+
+
 def test_a_snapshot_of_the_unpacked_statistics_layout_is_replayed(tmp_path):
     """A folder whose snapshot names the incremental statistics' old leaf (the
     full ``[D, D, M]`` gram, before it was packed) reopens by replaying every

@@ -7,6 +7,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+import jax
 import pytest
 
 from earm_jax.retriever import OnlineRetriever
@@ -26,6 +27,13 @@ class RareScorer(KeywordScorer):
 
 
 BEST = dataclasses.replace(CONFIG, pool_size=30, preset="best", call_budget=0.5)
+
+
+def _same_ledger(got, want) -> bool:
+    return jax.tree.structure(got) == jax.tree.structure(want) and all(
+        bool((a == b).all())
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True)
+    )
 
 
 def _open(folder, config=BEST):
@@ -54,8 +62,7 @@ def test_best_pays_in_rounds_under_the_cap_and_a_crash_replays_the_ledger(
     with OnlineRetriever(tmp_path / "b", RareScorer(), HashEmbedder()) as again:
         assert again.config.preset == "best"
         answers += [again.query(q) for q in asks[7:]]
-        for got, want in zip(again.ledger, ledger, strict=True):
-            assert (got == want).all()
+        assert _same_ledger(again.ledger, ledger)
     for got, want in zip(answers, expected, strict=True):
         assert got.memory_ids == want.memory_ids
         assert got.scores == want.scores
@@ -108,8 +115,44 @@ def test_a_snapshot_of_an_older_ledger_layout_is_replaced_by_a_full_replay(tmp_p
     db.close()
     with _open(tmp_path / "old", config) as again:
         answers += [again.query(q) for q in asks[8:]]
-        for got, want in zip(again.ledger, ledger, strict=True):
-            assert (got == want).all()
+        assert _same_ledger(again.ledger, ledger)
+    assert [a.memory_ids for a in answers] == [a.memory_ids for a in expected]
+    assert [a.calls for a in answers] == [a.calls for a in expected]
+
+
+def test_a_snapshot_with_the_paced_price_is_replaced_by_a_full_replay(tmp_path):
+    """Folders written before price pacing left the shipped ledger hold a
+    ``[1].price`` leaf (float32[], after ``spent``) in their snapshot; they
+    reopen by replaying every operation, to the ledger and answers of a run
+    that never stopped."""
+    import json
+    import sqlite3
+
+    config = dataclasses.replace(BEST, snapshot_every=4)
+    texts, asks = memories(40), queries(12)
+    with _open(tmp_path / "straight", config) as straight:
+        straight.add(texts)
+        expected = [straight.query(q) for q in asks]
+        ledger = straight.ledger
+    with _open(tmp_path / "old", config) as first:
+        first.add(texts)
+        answers = [first.query(q) for q in asks[:8]]
+    # What that code wrote: the same leaves plus the price, a float32 scalar
+    # like ``spent`` (its blob stands in for the price's).
+    db = sqlite3.connect(tmp_path / "old" / "journal.sqlite")
+    (manifest_text,) = db.execute("SELECT manifest FROM snapshots").fetchone()
+    manifest = []
+    for entry in json.loads(manifest_text):
+        manifest.append(entry)
+        if entry.get("name") == "[1].spent":
+            manifest.append(entry | {"name": "[1].price"})
+    assert len(manifest) == len(json.loads(manifest_text)) + 1
+    db.execute("UPDATE snapshots SET manifest=?", (json.dumps(manifest),))
+    db.commit()
+    db.close()
+    with _open(tmp_path / "old", config) as again:
+        answers += [again.query(q) for q in asks[8:]]
+        assert _same_ledger(again.ledger, ledger)
     assert [a.memory_ids for a in answers] == [a.memory_ids for a in expected]
     assert [a.calls for a in answers] == [a.calls for a in expected]
 

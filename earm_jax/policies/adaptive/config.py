@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-STOP_RULES = (
-    "settle_or_spill",
-    "settle_or_overflow",
-    "settle",
-    "price",
-    "settle_and_price",
-    "settle_or_price",
-    "settle_or_marginal",
-    "settle_or_expected",
-)
-"""Stopping rules; the first is the default, the others are measured negatives
-(:mod:`earm_jax.policies.adaptive.experimental`, outside the default path)."""
+STOP_RULES = ("settle_or_spill",)
+"""Stopping rules by name (the default). The rules measured and rejected are
+:class:`~earm_jax.policies.adaptive.stop_rules.StopRule` values in
+:mod:`earm_jax.contrib.stop_rules`, passed as ``stop_rule`` itself."""
 
 UNSCORED_ORDERS = ("learned", "similarity")
 """How the unscored candidates are ordered among themselves; the first is the
@@ -57,12 +49,12 @@ class AdaptiveConfig(NamedTuple):
         two pools).
       num_found_states: found-states of the rate table (0, 1, ..., this - 1 or
         more confirmed hits).
-      initial_price: the price of a call before any pacing (a relevance rate).
-      pacing_rate: :math:`\eta`, the step of the price's dual ascent.
       noise_prior: prior scorer noise :math:`\sigma_0`.
       noise_prior_weight: pseudo-answers behind ``noise_prior``.
       rate_prior: ``(hits, misses)`` Beta pseudo-counts of every table cell.
-      stop_rule: one of :data:`STOP_RULES` (the first is the default).
+      stop_rule: one of :data:`STOP_RULES` (the first is the default), or a
+        :class:`~earm_jax.policies.adaptive.stop_rules.StopRule` (e.g. a
+        rejected one from :mod:`earm_jax.contrib.stop_rules`).
       settle_risk: a query is settled when P(no relevant among its scored)
         is at most this.
       merge: one of :data:`MERGES` (the first is the default).
@@ -80,12 +72,10 @@ class AdaptiveConfig(NamedTuple):
     max_per_query: int = 0
     max_carry: int = 0
     num_found_states: int = 3
-    initial_price: float = 0.05
-    pacing_rate: float = 0.1
     noise_prior: float = 0.2
     noise_prior_weight: float = 10.0
     rate_prior: tuple[float, float] = (1.0, 19.0)
-    stop_rule: str = "settle_or_spill"
+    stop_rule: Any = "settle_or_spill"
     settle_risk: float = 0.1
     merge: str = "answers_first"
     hit_spread: bool = True
@@ -124,17 +114,21 @@ def validate_adaptive_config(config: AdaptiveConfig) -> None:
         raise ValueError(
             f"num_found_states must be >= 1, got {config.num_found_states!r}"
         )
-    if not 0.0 < config.initial_price < 1.0:
-        raise ValueError(
-            f"initial_price must be in (0, 1), got {config.initial_price!r}"
-        )
-    if config.pacing_rate < 0:
-        raise ValueError(f"pacing_rate must be >= 0, got {config.pacing_rate!r}")
     if not config.noise_prior > 0 or config.noise_prior_weight < 0:
         raise ValueError("noise_prior must be > 0 and noise_prior_weight >= 0")
-    if config.stop_rule not in STOP_RULES:
+    rule = config.stop_rule
+    if isinstance(rule, str):
+        if rule not in STOP_RULES:
+            raise ValueError(
+                f"stop_rule must be one of {STOP_RULES} or a StopRule (the "
+                f"rejected rules: earm_jax.contrib.stop_rules), got {rule!r}"
+            )
+    elif not all(
+        callable(getattr(rule, part, None))
+        for part in ("cut", "worth", "init", "close")
+    ):
         raise ValueError(
-            f"stop_rule must be one of {STOP_RULES}, got {config.stop_rule!r}"
+            f"stop_rule must be one of {STOP_RULES} or a StopRule, got {rule!r}"
         )
     if config.merge not in MERGES:
         raise ValueError(f"merge must be one of {MERGES}, got {config.merge!r}")

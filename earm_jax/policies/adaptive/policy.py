@@ -28,7 +28,7 @@ from earm_jax.policies.adaptive.state import (
     initial_ledger,
     similarity_ranks,
 )
-from earm_jax.policies.adaptive.stop_rules import round_selector
+from earm_jax.policies.adaptive.stop_rules import round_selector, stop_rule
 from earm_jax.types import Array, ArrayLike
 
 
@@ -48,9 +48,10 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
     model = answer_model(config)
     merge = MERGE_FUNCTIONS[config.merge]
     select_round = round_selector(config, model)
+    rule = stop_rule(config)
 
     def init(call_budget: ArrayLike | None = None) -> Ledger:
-        return initial_ledger(config, call_budget)
+        return initial_ledger(config, call_budget, rule.init(config))
 
     def begin(
         ledger: Ledger,
@@ -116,6 +117,7 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
             bucket=model.bucket_of(rs.rank),
             posterior=q,
             distance=model.distances(ledger, rs),
+            stop_state=rule.close(config, ledger, rs),
         )
         info = AdaptiveInfo(
             scores=scores,

@@ -4,7 +4,7 @@ the :class:`RoundState` through one query's rounds, and what a query produced.""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 
@@ -19,7 +19,6 @@ class Ledger(NamedTuple):
       balance: ``int32[]`` unspent allowance, in 1/1024 call (always >= 0).
       accrued: ``float32[]`` total allowance accrued (calls; for reports).
       spent: ``float32[]`` total calls spent (for reports).
-      price: ``float32[]`` the paced price of a call :math:`\lambda`.
       hits: ``float32[B, F]`` soft relevant counts per (rank bucket, found-state).
       trials: ``float32[B, F]`` scored candidates per cell.
       noise_sum: ``float32[]`` :math:`\sum d^2` over answers strictly in (0, 1).
@@ -37,12 +36,14 @@ class Ledger(NamedTuple):
         ``x`` = (1, standardised similarity, standardised memory bias).
       order_rhs: ``float32[3]`` :math:`\sum x q`, ``q`` their posterior
         relevance: the learned order is the ridge fit of ``q`` on ``x``.
+      stop_state: what the stop rule carries from query to query
+        (:class:`~earm_jax.policies.adaptive.stop_rules.StopRule`); ``()``
+        for the default rule, which carries nothing.
     """
 
     balance: Array
     accrued: Array
     spent: Array
-    price: Array
     hits: Array
     trials: Array
     noise_sum: Array
@@ -55,6 +56,7 @@ class Ledger(NamedTuple):
     call_budget: Array
     order_gram: Array
     order_rhs: Array
+    stop_state: Any
 
 
 class RoundState(NamedTuple):
@@ -145,11 +147,14 @@ class AdaptivePolicy(NamedTuple):
 
 
 def initial_ledger(
-    config: AdaptiveConfig, call_budget: ArrayLike | None = None
+    config: AdaptiveConfig,
+    call_budget: ArrayLike | None = None,
+    stop_state: Any = (),
 ) -> Ledger:
     """The empty :class:`Ledger`: no balance, no answers, the priors only.
 
-    ``call_budget`` (may be traced) overrides ``config.call_budget``.
+    ``call_budget`` (may be traced) overrides ``config.call_budget``;
+    ``stop_state`` is the stop rule's initial carry.
     """
     num_buckets = config.num_rounds + 1
     num_states = config.num_found_states
@@ -158,7 +163,6 @@ def initial_ledger(
         balance=jnp.zeros((), jnp.int32),
         accrued=jnp.zeros((), jnp.float32),
         spent=jnp.zeros((), jnp.float32),
-        price=jnp.asarray(config.initial_price, jnp.float32),
         hits=jnp.zeros((num_buckets, num_states), jnp.float32),
         trials=jnp.zeros((num_buckets, num_states), jnp.float32),
         noise_sum=jnp.zeros((), jnp.float32),
@@ -171,6 +175,7 @@ def initial_ledger(
         call_budget=jnp.clip(jnp.asarray(budget, jnp.float32), 0.0, 1.0),
         order_gram=jnp.zeros((ORDER_FEATURES, ORDER_FEATURES), jnp.float32),
         order_rhs=jnp.zeros((ORDER_FEATURES,), jnp.float32),
+        stop_state=stop_state,
     )
 
 
@@ -181,10 +186,11 @@ def close_ledger(
     bucket: Array,
     posterior: Array,
     distance: Array,
+    stop_state: Any = (),
 ) -> Ledger:
     """The ledger after one query: its calls paid, its balance carried (up to the
-    carry cap), the price paced, and its answers added to the rate table, the
-    noise and location sums and the learned order's normal equations.
+    carry cap), and its answers added to the rate table, the noise and location
+    sums and the learned order's normal equations.
 
     Args:
       config: the policy's settings.
@@ -193,6 +199,7 @@ def close_ledger(
       bucket: ``int32[N]`` each candidate's rank bucket.
       posterior: ``float32[N]`` posterior relevance of the scored (0 elsewhere).
       distance: ``float32[N]`` each answer's distance to the nearer location.
+      stop_state: what the stop rule carries after this query.
     """
     q = posterior
     num_states = config.num_found_states
@@ -209,13 +216,10 @@ def close_ledger(
     balance = ledger.balance + rs.allowance - rs.calls * UNITS
     balance = jnp.minimum(balance, carry_units)
     accrual = rs.allowance.astype(jnp.float32) / UNITS
-    overspend = (rs.calls.astype(jnp.float32) - accrual) / jnp.maximum(accrual, 1.0)
-    price = ledger.price * jnp.exp(config.pacing_rate * overspend)
     return Ledger(
         balance=balance.astype(jnp.int32),
         accrued=ledger.accrued + accrual,
         spent=ledger.spent + rs.calls.astype(jnp.float32),
-        price=jnp.clip(price, 1e-4, 1.0),
         hits=hits,
         trials=trials,
         noise_sum=ledger.noise_sum + jnp.sum(jnp.where(inside, distance**2, 0.0)),
@@ -230,6 +234,7 @@ def close_ledger(
         order_gram=ledger.order_gram
         + jnp.einsum("n,ni,nj->ij", weight, rs.features, rs.features),
         order_rhs=ledger.order_rhs + jnp.einsum("n,ni->i", weight * q, rs.features),
+        stop_state=stop_state,
     )
 
 

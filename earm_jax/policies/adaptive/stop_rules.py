@@ -9,15 +9,16 @@ after its first round while calls are scarce, and spends what would be lost
 when they are not. One noisy false hit (at noise 0.3, :math:`q \approx 1/2`)
 does not settle a query.
 
-The other names in :data:`~earm_jax.policies.adaptive.config.STOP_RULES` were
-measured and rejected; they live in :mod:`earm_jax.policies.adaptive.experimental`,
-which only a configuration naming one of them imports.
+The other stop rules that were measured were rejected; they live outside the
+package's traced path, in :mod:`earm_jax.contrib.stop_rules`, and a
+configuration uses one by passing the :class:`StopRule` itself
+(``AdaptiveConfig(stop_rule=REJECTED_STOP_RULES["settle"])``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 
@@ -28,18 +29,34 @@ from earm_jax.policies.adaptive.state import Ledger, RoundState, similarity_rank
 from earm_jax.types import Array
 
 
+def no_stop_state(config: AdaptiveConfig) -> Any:
+    """A rule that carries nothing between queries: ``()``."""
+    return ()
+
+
+def keep_stop_state(config: AdaptiveConfig, ledger: Ledger, rs: RoundState) -> Any:
+    """What the rule carried, unchanged by the query."""
+    return ledger.stop_state
+
+
 class StopRule(NamedTuple):
-    """A stop rule's two parts, both traced.
+    """A stop rule's parts, all traced.
 
     Attributes:
       cut: ``(config, ledger, round_state, size, unsettled) -> int32[]`` the
         next round's size, given its size within the query's limit.
       worth: ``(config, model, ledger, round_state, chosen, unsettled) ->
         bool[]`` whether the chosen round is scored at all.
+      init: ``(config) -> pytree`` what the rule carries from query to query
+        (``Ledger.stop_state``) before the first; ``()`` (nothing) by default.
+      close: ``(config, ledger, round_state) -> pytree`` what it carries after
+        a query (``ledger`` is the one the query began with).
     """
 
     cut: Callable[..., Array]
     worth: Callable[..., Array]
+    init: Callable[[AdaptiveConfig], Any] = no_stop_state
+    close: Callable[..., Any] = keep_stop_state
 
 
 def keep_size(config, ledger, rs, size, unsettled):
@@ -63,13 +80,12 @@ SETTLE_OR_SPILL = StopRule(cut=spill_cut, worth=always)
 """The default stop rule (see the module docstring)."""
 
 
-def stop_rule(name: str) -> StopRule:
-    """The :class:`StopRule` called ``name`` (one of ``STOP_RULES``)."""
-    if name == "settle_or_spill":
-        return SETTLE_OR_SPILL
-    from earm_jax.policies.adaptive.experimental import EXPERIMENTAL_STOP_RULES
-
-    return EXPERIMENTAL_STOP_RULES[name]
+def stop_rule(config: AdaptiveConfig) -> StopRule:
+    """The :class:`StopRule` of ``config``: ``config.stop_rule`` itself when it
+    is one, else the rule it names (one of ``STOP_RULES``)."""
+    if isinstance(config.stop_rule, StopRule):
+        return config.stop_rule
+    return {"settle_or_spill": SETTLE_OR_SPILL}[config.stop_rule]
 
 
 def round_selector(
@@ -80,7 +96,7 @@ def round_selector(
     configured stop rule (all False when the query is done)."""
     sizes = jnp.asarray(config.round_sizes, jnp.int32)
     num_rounds = config.num_rounds
-    rule = stop_rule(config.stop_rule)
+    rule = stop_rule(config)
 
     def select_round(ledger: Ledger, rs: RoundState) -> Array:
         open_ = rs.usable & ~rs.scored
@@ -109,6 +125,8 @@ __all__ = [
     "StopRule",
     "always",
     "keep_size",
+    "keep_stop_state",
+    "no_stop_state",
     "round_selector",
     "spill_cut",
     "stop_rule",

@@ -11,7 +11,7 @@ import pytest
 from planted import config_for, planted_stream
 
 import earm_jax as ej
-from earm_jax.core.expand import (
+from earm_jax.contrib.expand import (
     ExpandInfo,
     eligible_outside,
     expanded_ranking,

@@ -21,7 +21,7 @@ outputs untouched: :func:`run_expanded` runs the very same ``select`` /
 
 >>> import jax, jax.numpy as jnp
 >>> import earm_jax as ej
->>> from earm_jax.core.expand import run_expanded
+>>> from earm_jax.contrib.expand import run_expanded
 >>> cfg = ej.SolverConfig(num_memories=30, capacity=6, pool_size=8, max_budget=8,
 ...                       rank=2)
 >>> solver = ej.online_solver(cfg, ej.paper_policy(pool_size=8))

@@ -1,6 +1,6 @@
-"""The similarity covariate of the fold-in: the math against
-a float64 NumPy ridge, the paper's fold-in when the covariate is flat,
-causality, and a config error naming the field."""
+"""The similarity covariate of the fold-in (earm_jax.contrib): the math
+against a float64 NumPy ridge, the paper's fold-in when the covariate is flat,
+causality, and the shipped solver without it."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from planted import config_for, perturb_future, planted_stream
 
 import earm_jax as ej
+from earm_jax.contrib import similarity_covariate as covariate_fold
 from earm_jax.core import model as solver_model
 
 # Slow: causality and reference checks compiled per solver; ~1 min.
@@ -41,7 +42,7 @@ def test_fold_in_with_similarity_matches_a_float64_ridge(seed, rank, num_anchors
     mask[rng.choice(pool, num_anchors, replace=False)] = True
     usable = np.ones(pool, bool)
     covariate = solver_model.standardised_similarity(similarity, usable)
-    bias, factors, weight = solver_model.fold_in_with_similarity(
+    bias, factors, weight = covariate_fold.fold_in_with_similarity(
         params,
         jnp.ones(num_memories, jnp.int32),
         candidates,
@@ -77,7 +78,7 @@ def test_flat_similarity_gives_the_papers_fold_in():
     )
     assert np.all(np.asarray(covariate) == 0.0)
     count = jnp.ones(30, jnp.int32)
-    bias, factors, weight = solver_model.fold_in_with_similarity(
+    bias, factors, weight = covariate_fold.fold_in_with_similarity(
         params, count, candidates, values, mask, covariate, 0.1
     )
     paper_bias, paper_factors = solver_model.fold_in(
@@ -96,7 +97,8 @@ def test_the_covariate_keeps_the_solver_causal_and_changes_the_completion():
     policy = ej.paper_policy(pool_size=base.pool_size)
     results = {}
     for flag in (False, True):
-        solver = ej.online_solver(base._replace(similarity_covariate=flag), policy)
+        build = covariate_fold.similarity_covariate_solver if flag else ej.online_solver
+        solver = build(base, policy)
         run = jax.jit(functools.partial(ej.run, solver))
         _, infos = run(jax.random.key(0), stream)
         _, perturbed = run(jax.random.key(0), perturb_future(stream, 9, 7))
@@ -112,8 +114,10 @@ def test_the_covariate_keeps_the_solver_causal_and_changes_the_completion():
     assert not np.allclose(results[False].completed, results[True].completed)
 
 
-def test_bad_flag_raises_naming_the_field():
+def test_the_shipped_solver_has_no_covariate():
+    # The covariate is a fold-in passed to the solver, not a config field.
+    assert "similarity_covariate" not in ej.SolverConfig._fields
     stream, _ = planted_stream(0, num_queries=4)
-    config = config_for(stream, solver="als")._replace(similarity_covariate="yes")
+    config = config_for(stream, solver="als")
     with pytest.raises(ValueError, match="similarity_covariate"):
-        ej.online_solver(config, ej.paper_policy(pool_size=config.pool_size))
+        config._replace(similarity_covariate=True)
