@@ -1,4 +1,5 @@
-"""``earm mcp FOLDER``: the retriever as an MCP memory server (stdio or HTTP)."""
+"""``earm mcp FOLDER``: the retriever as an MCP memory server (stdio or HTTP);
+``earm mcp-token``: the bearer tokens an HTTP server accepts."""
 
 from __future__ import annotations
 
@@ -52,8 +53,68 @@ def _scorer(model: Path | None, url: str | None, name: str | None, mode: str):
         return connect(url, name, mode)
 
 
+def check_access(
+    address: tuple[str, int] | None,
+    tokens: Path | None,
+    no_auth: bool,
+    allowed_hosts: list[str],
+) -> None:
+    """Refuses an HTTP server nobody has to authenticate to, except on a
+    loopback address with an explicit ``--no-auth``.
+
+    >>> check_access(("127.0.0.1", 8765), None, True, [])
+    >>> try:
+    ...     check_access(("0.0.0.0", 8765), None, True, [])
+    ... except UserError as error:
+    ...     print(error.problem)
+    --no-auth serves anyone who reaches 0.0.0.0:8765
+    """
+    from earm_jax.retriever.mcp_http import is_loopback
+
+    if address is None:
+        if tokens is not None or no_auth or allowed_hosts:
+            raise UserError(
+                "--tokens, --no-auth and --allowed-host apply to --http only",
+                "add --http HOST:PORT, or drop them (stdio needs no credentials)",
+            )
+        return
+    host, port = address
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if tokens is not None and no_auth:
+        raise UserError("--tokens and --no-auth contradict", "pass one of them")
+    if no_auth and not is_loopback(host):
+        raise UserError(
+            f"--no-auth serves anyone who reaches {where}",
+            "use --tokens FILE, or bind a loopback address (127.0.0.1)",
+        )
+    if tokens is None and not no_auth:
+        raise UserError(
+            "earm mcp --http needs credentials: --tokens FILE",
+            "make one with `earm mcp-token add --tokens FILE --tenant NAME`, or "
+            "pass --no-auth on a loopback address (127.0.0.1, ::1, localhost)",
+        )
+
+
+def _lock_root(folder: Path):
+    """Locks ``folder`` for this server: a second ``earm mcp`` on it is refused
+    with one line naming the holder."""
+    from earm_jax.store.lock import FolderLock, FolderLockedError
+
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        return FolderLock(folder)
+    except FolderLockedError as error:
+        holder = error.holder
+        raise UserError(
+            f"{folder} is in use by another earm mcp (process "
+            f"{holder.get('pid', '?')} on {holder.get('host', '?')}, since "
+            f"{holder.get('since', '?')})",
+            "stop that server, or serve another folder",
+        ) from error
+
+
 def register(app: typer.Typer) -> None:
-    """Adds the ``mcp`` command to ``app``."""
+    """Adds the ``mcp`` and ``mcp-token`` commands to ``app``."""
 
     @app.command("mcp")
     def mcp_command(
@@ -85,42 +146,190 @@ def register(app: typer.Typer) -> None:
             Path | None,
             typer.Option(help="sentence-transformers folder (default: MiniLM)."),
         ] = None,
+        tokens: Annotated[
+            Path | None,
+            typer.Option(
+                help="Token file of `earm mcp-token add`: --http requires a "
+                "bearer token from it, and each token reaches only its tenants."
+            ),
+        ] = None,
+        no_auth: Annotated[
+            bool,
+            typer.Option(
+                "--no-auth",
+                help="Serve --http on a loopback address without credentials "
+                "(anyone on this machine can then use every tenant).",
+            ),
+        ] = False,
+        allowed_host: Annotated[
+            list[str] | None,
+            typer.Option(
+                metavar="NAME",
+                help="A host name clients use to reach --http (e.g. a reverse "
+                "proxy's); repeatable. Other Host and Origin headers are refused.",
+            ),
+        ] = None,
+        max_open_tenants: Annotated[
+            int,
+            typer.Option(
+                min=1,
+                help="Tenants kept open at once; the least recently used closes.",
+            ),
+        ] = 32,
+        max_tenants: Annotated[
+            int,
+            typer.Option(
+                min=1,
+                help="Tenant folders this server creates at most; "
+                "a new tenant past it is refused.",
+            ),
+        ] = 100,
     ) -> None:
         """Serves the memory tools remember, recall, update, forget, get and
         stats over MCP (stdio, or streamable HTTP with --http)."""
+        from earm_jax.retriever.mcp_http import TokenFileError, TokenFileVerifier
         from earm_jax.retriever.mcp_server import build_server
         from earm_jax.retriever.tenants import TenantRetrievers, tenant_folder
         from earm_jax.store.embeddings import Embedder
+        from earm_jax.store.journal import CorruptFolderError
+        from earm_jax.store.lock import FolderLockedError
 
         address = None if http is None else parse_host_port(http)
+        allowed_hosts = list(allowed_host or [])
+        check_access(address, tokens, no_auth, allowed_hosts)
+        verifier = None
+        if tokens is not None:
+            with user_errors(
+                "make it with `earm mcp-token add --tokens FILE --tenant NAME`",
+                TokenFileError,
+            ):
+                verifier = TokenFileVerifier(tokens)
         with user_errors("use letters, digits and @+._- for --tenant"):
             tenant_folder(folder, tenant)
-        scorer = _scorer(scorer_model, scorer_url, scorer_name, scorer_mode)
-        # No embedding cache on disk: each tenant's journal keeps its memories'
-        # vectors, and a shared cache would keep a forgotten text's digest and
-        # vector after `forget`. One that an earlier version left goes now.
-        stale = folder / ".embedding-cache"
-        if stale.is_dir():
-            shutil.rmtree(stale)
-            print(
-                f"earm mcp: removed {stale} (an embedding cache that outlived "
-                "forgotten memories); the tenants' journals keep what they need",
-                file=sys.stderr,
+        root_lock = _lock_root(folder)
+        try:
+            scorer = _scorer(scorer_model, scorer_url, scorer_name, scorer_mode)
+            # No embedding cache on disk: each tenant's journal keeps its memories'
+            # vectors, and a shared cache would keep a forgotten text's digest and
+            # vector after `forget`. One that an earlier version left goes now.
+            stale = folder / ".embedding-cache"
+            if stale.is_dir():
+                shutil.rmtree(stale)
+                print(
+                    f"earm mcp: removed {stale} (an embedding cache that outlived "
+                    "forgotten memories); the tenants' journals keep what they need",
+                    file=sys.stderr,
+                )
+            with user_errors("pass a sentence-transformers folder to --embedder"):
+                text_embedder = Embedder(embedder, cache_dir=False)
+            tenants = TenantRetrievers(
+                folder,
+                scorer,
+                text_embedder,
+                max_open=max_open_tenants,
+                max_tenants=max_tenants,
             )
-        with user_errors("pass a sentence-transformers folder to --embedder"):
-            text_embedder = Embedder(embedder, cache_dir=False)
-        with TenantRetrievers(folder, scorer, text_embedder) as tenants:
-            with user_errors("fix the folder or use another one"):
-                tenants.get(tenant)  # open (or create) before serving
-            server = build_server(tenants, tenant)
-            if address is None:
-                server.run("stdio")
-            else:
-                host, port = address
-                server.run("streamable-http", host=host, port=port)
-        close = getattr(scorer, "close", None)
-        if close is not None:
-            close()
+            try:
+                if verifier is None:  # with tokens, each token names its tenants
+                    with user_errors(
+                        "stop the process that uses it, or fix the folder",
+                        ValueError,
+                        CorruptFolderError,
+                        FolderLockedError,
+                    ):
+                        with tenants.lease(tenant):  # open (or create) before serving
+                            pass
+                if address is None:
+                    build_server(tenants, tenant).run("stdio")
+                else:
+                    from earm_jax.retriever.mcp_http import serve_http
+
+                    host, port = address
+                    server = build_server(
+                        tenants,
+                        tenant,
+                        token_verifier=verifier,
+                        server_url=f"http://{host}:{port}"
+                        if ":" not in host
+                        else f"http://[{host}]:{port}",
+                    )
+                    serve_http(server, host, port, allowed_hosts)
+            finally:
+                tenants.close()
+            close = getattr(scorer, "close", None)
+            if close is not None:
+                close()
+        finally:
+            root_lock.release()
+
+    token_app = typer.Typer(
+        help="Bearer tokens of `earm mcp --http --tokens FILE`.",
+        no_args_is_help=True,
+    )
+
+    @token_app.command("add")
+    def token_add(
+        tokens: Annotated[
+            Path, typer.Option(help="The token file (created 0600 if missing).")
+        ],
+        tenant: Annotated[
+            list[str],
+            typer.Option(
+                help="A tenant the token may use (repeatable; the first is the "
+                "default of calls that name none)."
+            ),
+        ],
+    ) -> None:
+        """Creates a random token for --tenant and prints it once (the file
+        keeps only its SHA-256)."""
+        from earm_jax.retriever.mcp_http import TokenFileError, add_token
+
+        with user_errors(
+            "use letters, digits and @+._- for --tenant, and a token file "
+            "`earm mcp-token` wrote",
+            ValueError,
+            TokenFileError,
+        ):
+            token_id, token = add_token(tokens, tenant)
+        print(token)
+        print(
+            f"token {token_id} for {', '.join(tenant)} added to {tokens}; it is "
+            "shown only now (send it as `Authorization: Bearer TOKEN`)",
+            file=sys.stderr,
+        )
+
+    @token_app.command("list")
+    def token_list(
+        tokens: Annotated[Path, typer.Option(help="The token file.")],
+    ) -> None:
+        """Lists the tokens' ids, tenants and creation times (never a token)."""
+        from earm_jax.retriever.mcp_http import TokenFileError, read_tokens
+
+        with user_errors(
+            "pass a token file `earm mcp-token add` wrote", TokenFileError
+        ):
+            data = read_tokens(tokens)
+        for entry in data["tokens"]:
+            print(
+                f"{entry.get('id', '?')}  {entry.get('created', '?')}  "
+                f"{','.join(entry['tenants'])}"
+            )
+
+    @token_app.command("revoke")
+    def token_revoke(
+        token_id: Annotated[str, typer.Argument(help="The id `list` shows.")],
+        tokens: Annotated[Path, typer.Option(help="The token file.")],
+    ) -> None:
+        """Removes a token: a running server refuses it from its next request."""
+        from earm_jax.retriever.mcp_http import TokenFileError, revoke_token
+
+        with user_errors(
+            "see the ids with `earm mcp-token list`", KeyError, TokenFileError
+        ):
+            tenants = revoke_token(tokens, token_id)
+        print(f"revoked {token_id} (tenants {', '.join(tenants)})", file=sys.stderr)
+
+    app.add_typer(token_app, name="mcp-token")
 
 
-__all__ = ["parse_host_port", "register"]
+__all__ = ["check_access", "parse_host_port", "register"]

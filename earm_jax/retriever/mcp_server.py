@@ -16,11 +16,16 @@ default tenant):
 
 A tenant is a folder ``FOLDER/<tenant>/`` of a
 :class:`~earm_jax.retriever.tenants.TenantRetrievers`: one tenant never sees
-another's memories or scores. Every tool awaits the retriever's coroutine API
-(:mod:`earm_jax.retriever.asynchronous`), so concurrent recalls overlap their
-scoring. A tool that fails (a bad argument, an unknown id) returns an MCP tool
-error whose text is one line; the server keeps serving. A tool's reply is sent
-after its write is committed: what a client saw acknowledged survives a kill.
+another's memories or scores. With a ``token_verifier`` (HTTP, see
+:mod:`earm_jax.retriever.mcp_http`) every call carries a bearer token, and a
+call may name only the tenants its token lists (without one: the token's
+first); any other is refused before its folder is opened. Every tool awaits
+the retriever's coroutine API (:mod:`earm_jax.retriever.asynchronous`), so
+concurrent recalls overlap their scoring. A tool that fails (a bad argument,
+an unknown id, an argument of the wrong type, which the error names) returns
+an MCP tool error whose text is one line; the server keeps serving. A tool's
+reply is sent after its write is committed: what a client saw acknowledged
+survives a kill.
 
 Install with ``pip install earm_jax[mcp]``.
 """
@@ -30,12 +35,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.provider import TokenVerifier
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from earm_jax.retriever.online import OnlineRetriever, Retrieved
-from earm_jax.retriever.tenants import TenantRetrievers
+from earm_jax.retriever.tenants import TenantLimitError, TenantRetrievers
 from earm_jax.store.journal import CorruptFolderError
 from earm_jax.store.lock import FolderLockedError
 
@@ -60,6 +68,40 @@ def _one_line(error: BaseException) -> str:
     return text[:500]
 
 
+def _argument_errors(tool: str, error: ValidationError) -> str:
+    """One line naming each argument that failed validation (not its value:
+    that is the caller's data).
+
+    >>> from pydantic import TypeAdapter
+    >>> try:
+    ...     TypeAdapter(dict[str, int]).validate_python({"k": [5]})
+    ... except ValidationError as error:
+    ...     print(_argument_errors("recall", error))
+    recall: argument k: Input should be a valid integer
+    """
+    parts = []
+    for problem in error.errors():
+        location = [str(p) for p in problem["loc"]]
+        if location and location[0].endswith("Arguments"):
+            location = location[1:]
+        name = ".".join(location) or "arguments"
+        parts.append(f"argument {name}: {' '.join(problem['msg'].split())}")
+    return _one_line(f"{tool}: " + "; ".join(parts))
+
+
+class _Server(MCPServer):
+    """The SDK's server, with argument errors on one line."""
+
+    async def call_tool(self, name, arguments, context=None):
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as error:
+            cause = error.__cause__
+            if isinstance(cause, ValidationError):
+                raise ToolError(_argument_errors(name, cause)) from cause
+            raise
+
+
 def _memories(answer: Retrieved) -> list[dict[str, Any]]:
     position = {mid: i for i, mid in enumerate(answer.memory_ids)}
     out = []
@@ -81,21 +123,49 @@ def build_server(
     tenant: str = "default",
     *,
     name: str = "earm",
+    token_verifier: TokenVerifier | None = None,
+    server_url: str = "http://127.0.0.1",
 ) -> MCPServer:
     """The MCP server over ``tenants`` (the caller closes them).
 
     Args:
       tenants: one retriever per tenant.
-      tenant: the tenant of calls that name none.
+      tenant: the tenant of calls that name none (without a token verifier).
       name: the server's name, as clients list it.
+      token_verifier: with one, HTTP requests need a bearer token it accepts
+        (401 otherwise), and each call may name only the tenants listed in
+        the token's ``claims["tenants"]`` (default: the first of them).
+      server_url: where the server is reached (the SDK's auth settings name
+        it as the issuer of the tokens).
     """
+
+    def tenant_of(named: str | None) -> str:
+        if token_verifier is None:
+            return named or tenant
+        token = get_access_token()
+        allowed = list((token.claims or {}).get("tenants", [])) if token else []
+        if not allowed:
+            raise ToolError("refused: this call carries no token for any tenant")
+        if named is None:
+            return allowed[0]
+        if named not in allowed:
+            raise ToolError(
+                f"refused: tenant {named!r} is not one of this token's tenants "
+                f"({', '.join(allowed)})"
+            )
+        return named
 
     async def call(
         tenant_name: str | None, fn: Callable[[OnlineRetriever], Awaitable[_T]]
     ) -> _T:
+        chosen = tenant_of(tenant_name)
         try:
-            retriever = tenants.get(tenant_name or tenant)
-            return await fn(retriever)
+            with tenants.lease(chosen) as retriever:
+                return await fn(retriever)
+        except TenantLimitError as error:
+            raise ToolError(
+                f"{_one_line(error)}; ask the operator to raise --max-tenants"
+            ) from error
         except (
             ValueError,
             KeyError,
@@ -107,7 +177,15 @@ def build_server(
         except OSError as error:
             raise ToolError(f"storage: {_one_line(error)}") from error
 
-    server = MCPServer(name=name, instructions=INSTRUCTIONS)
+    auth = None
+    if token_verifier is not None:
+        auth = AuthSettings(issuer_url=server_url, resource_server_url=None)
+    server = _Server(
+        name=name,
+        instructions=INSTRUCTIONS,
+        token_verifier=token_verifier,
+        auth=auth,
+    )
 
     @server.tool()
     async def remember(

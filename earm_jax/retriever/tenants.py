@@ -13,19 +13,25 @@ on first use. Why one folder per tenant rather than one shared store:
 
 The cost is a little disk per tenant; compiled solver code is shared by every
 retriever of the process (same shapes, same functions), so a new tenant does
-not recompile.
+not recompile. A server that any client can name tenants on bounds both the
+tenants open at once (``max_open``, least recently used closed first) and the
+tenant folders it creates (``max_tenants``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
+from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 
 from earm_jax.retriever.online import OnlineRetriever, RetrieverConfig
 from earm_jax.scoring.base import Scorer
 from earm_jax.store.embeddings import TextEmbedder
+from earm_jax.store.journal_format import JOURNAL_NAME
 
 _NAME = re.compile(r"[A-Za-z0-9@+_-][A-Za-z0-9@+._-]{0,127}")
 
@@ -40,14 +46,30 @@ def tenant_folder(root: str | os.PathLike[str], tenant: str) -> Path:
     return Path(root) / tenant
 
 
+class TenantLimitError(ValueError):
+    """A new tenant past ``max_tenants``: its folder is not created."""
+
+
 class TenantRetrievers:
     """One :class:`OnlineRetriever` per tenant, each in its own folder.
+
+    Tenants open on first use. With ``max_open``, at most that many stay open:
+    opening one more closes the least recently used tenant that no call is
+    using (its state is snapshotted, its folder lock and file handles
+    released; every write it acknowledged is already committed). With
+    ``max_tenants``, a tenant with no folder yet is refused
+    (:class:`TenantLimitError`, nothing created) once that many tenant
+    folders exist.
 
     Args:
       root: the folder that holds one sub-folder per tenant.
       scorer: shared by every tenant's retriever.
       embedder: shared by every tenant's retriever.
       config: shared by every tenant's retriever.
+      max_open: the most tenants open at once (``None``: no cap). Calls that
+        hold a tenant through :meth:`lease` keep it open past the cap until
+        they end.
+      max_tenants: the most tenant folders under ``root`` (``None``: no cap).
     """
 
     def __init__(
@@ -56,11 +78,26 @@ class TenantRetrievers:
         scorer: Scorer,
         embedder: TextEmbedder,
         config: RetrieverConfig | None = None,
+        *,
+        max_open: int | None = None,
+        max_tenants: int | None = None,
     ) -> None:
+        for name, value in (("max_open", max_open), ("max_tenants", max_tenants)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ValueError(f"{name} must be None or >= 1, got {value!r}")
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.scorer, self.embedder, self.config = scorer, embedder, config
-        self._open: dict[str, OnlineRetriever] = {}
+        self.max_open, self.max_tenants = max_open, max_tenants
+        # Open tenants, least recently used first, and how many leases each has.
+        self._open: OrderedDict[str, OnlineRetriever] = OrderedDict()
+        self._users: dict[str, int] = {}
+        # Tenants being closed by eviction: a new opening waits for the close.
+        self._closing: dict[str, threading.Event] = {}
+        # Tenant folders on disk, and names reserved by openings in flight.
+        self._known: set[str] = set(self.tenants())
         # One lock per tenant, so threads asking for the same new tenant wait
         # for its one opening while other tenants open in parallel.
         self._opening: dict[str, threading.Lock] = {}
@@ -68,31 +105,128 @@ class TenantRetrievers:
 
     def get(self, tenant: str) -> OnlineRetriever:
         """The retriever of ``tenant`` (opened, or created, on first use; safe
-        to call from many threads at once)."""
-        folder = tenant_folder(self.root, tenant)
-        opened = self._open.get(tenant)
-        if opened is not None:
-            return opened
-        with self._table_lock:
-            opening = self._opening.setdefault(tenant, threading.Lock())
-        with opening:
-            if tenant not in self._open:
-                self._open[tenant] = OnlineRetriever(
-                    folder, self.scorer, self.embedder, self.config
-                )
-            return self._open[tenant]
+        to call from many threads at once). With ``max_open``, a later
+        opening of another tenant may close it: hold it with :meth:`lease`."""
+        retriever = self._acquire(tenant)
+        self._release(tenant)
+        return retriever
 
     __getitem__ = get
+
+    @contextlib.contextmanager
+    def lease(self, tenant: str) -> Iterator[OnlineRetriever]:
+        """The retriever of ``tenant``, kept open until the block ends (the
+        ``max_open`` cap closes only tenants nobody holds)."""
+        retriever = self._acquire(tenant)
+        try:
+            yield retriever
+        finally:
+            self._release(tenant)
+
+    def open_tenants(self) -> list[str]:
+        """The tenants open now, least recently used first."""
+        with self._table_lock:
+            return list(self._open)
+
+    def _reserve(self, tenant: str, folder: Path) -> None:
+        """Counts ``tenant`` among the folders (called under the table lock)."""
+        if tenant in self._known:
+            return
+        if (folder / JOURNAL_NAME).exists():
+            self._known.add(tenant)
+            return
+        if self.max_tenants is not None and len(self._known) >= self.max_tenants:
+            raise TenantLimitError(
+                f"tenant {tenant!r} refused: {self.root} already holds "
+                f"{len(self._known)} tenants, the limit (max_tenants="
+                f"{self.max_tenants})"
+            )
+        self._known.add(tenant)
+
+    def _acquire(self, tenant: str) -> OnlineRetriever:
+        folder = tenant_folder(self.root, tenant)
+        with self._table_lock:
+            opened = self._take(tenant)
+            if opened is not None:
+                return opened
+            self._reserve(tenant, folder)
+            opening = self._opening.setdefault(tenant, threading.Lock())
+        with opening:
+            while True:
+                with self._table_lock:
+                    opened = self._take(tenant)
+                    if opened is not None:
+                        return opened
+                    closing = self._closing.get(tenant)
+                if closing is None:
+                    break
+                closing.wait()
+            try:
+                retriever = OnlineRetriever(
+                    folder, self.scorer, self.embedder, self.config
+                )
+            except BaseException:
+                with self._table_lock:
+                    if not (folder / JOURNAL_NAME).exists():
+                        self._known.discard(tenant)
+                raise
+            with self._table_lock:
+                self._open[tenant] = retriever
+                self._users[tenant] = 1
+                victims = self._victims()
+        self._close(victims)
+        return retriever
+
+    def _take(self, tenant: str) -> OnlineRetriever | None:
+        """The open retriever of ``tenant``, leased (under the table lock)."""
+        opened = self._open.get(tenant)
+        if opened is not None:
+            self._open.move_to_end(tenant)
+            self._users[tenant] += 1
+        return opened
+
+    def _release(self, tenant: str) -> None:
+        with self._table_lock:
+            if tenant in self._users:
+                self._users[tenant] -= 1
+            victims = self._victims()
+        self._close(victims)
+
+    def _victims(self) -> list[tuple[str, OnlineRetriever]]:
+        """The least recently used unheld tenants past ``max_open``, taken out
+        of the table (under the table lock)."""
+        if self.max_open is None:
+            return []
+        excess = len(self._open) - self.max_open
+        victims = []
+        for name in list(self._open):
+            if excess <= 0:
+                break
+            if self._users[name] == 0:
+                victims.append((name, self._open.pop(name)))
+                del self._users[name]
+                self._closing[name] = threading.Event()
+                excess -= 1
+        return victims
+
+    def _close(self, victims: list[tuple[str, OnlineRetriever]]) -> None:
+        for name, retriever in victims:
+            try:
+                retriever.close()
+            finally:
+                with self._table_lock:
+                    self._closing.pop(name).set()
 
     def tenants(self) -> list[str]:
         """Every tenant with a folder under ``root``."""
         return sorted(
-            p.name for p in self.root.iterdir() if (p / "journal.sqlite").exists()
+            p.name for p in self.root.iterdir() if (p / JOURNAL_NAME).exists()
         )
 
     def close(self) -> None:
         with self._table_lock:
-            opened, self._open = list(self._open.values()), {}
+            opened, self._open = list(self._open.values()), OrderedDict()
+            self._users = {}
         for retriever in opened:
             retriever.close()
 
@@ -103,4 +237,4 @@ class TenantRetrievers:
         self.close()
 
 
-__all__ = ["TenantRetrievers", "tenant_folder"]
+__all__ = ["TenantLimitError", "TenantRetrievers", "tenant_folder"]

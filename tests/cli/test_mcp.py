@@ -2,12 +2,16 @@
 subprocess (stdio) or talks to it over streamable HTTP on 127.0.0.1; it
 remembers 50 LoCoMo turns, recalls, forgets, gets tool errors, kills the
 server with SIGKILL mid-recall and restarts it with nothing acknowledged lost.
-The scorer is an in-process cross-encoder folder (tiny, random weights: the
-protocol is tested here, not the ranking)."""
+Over HTTP: no valid bearer token is 401, a token reaches only its tenants, a
+foreign Host or Origin is refused, 1,000 tenant names open at most the cap and
+create at most --max-tenants folders, a second server on the folder is one
+line. The scorer is an in-process cross-encoder folder (tiny, random weights:
+the protocol is tested here, not the ranking)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -22,7 +26,9 @@ from optional_extras import require_extra
 require_extra("mcp")
 require_extra("sentence_transformers")
 
+import httpx2  # noqa: E402
 from mcp import Client, StdioServerParameters  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 from earm_jax.locomo import build_memories, load_locomo  # noqa: E402
 
@@ -223,13 +229,14 @@ def _free_port() -> int:
 
 
 def _start_http(
-    folder: Path, model: Path, compilation_cache: Path
+    folder: Path, model: Path, compilation_cache: Path, *extra: str
 ) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     log = folder.parent / f"server-{port}.log"
+    access = extra or ("--no-auth",)
     with open(log, "wb") as sink:
         process = subprocess.Popen(
-            _command(folder, model, "--http", f"127.0.0.1:{port}"),
+            _command(folder, model, "--http", f"127.0.0.1:{port}", *access),
             env=_env(compilation_cache),
             stdout=subprocess.DEVNULL,
             stderr=sink,
@@ -290,6 +297,18 @@ def test_scorer_flags_are_checked(tmp_path):
     assert run(["mcp", str(tmp_path), "--scorer-url", "http://127.0.0.1:9"]) == 2
     assert run(["mcp", str(tmp_path), "--scorer-model", str(tmp_path / "no")]) == 2
     assert run(["mcp", str(tmp_path), "--http", "nonsense"]) == 2
+    # HTTP without credentials only on loopback and only when asked.
+    for access in (
+        ["--http", "127.0.0.1:9"],
+        ["--http", "0.0.0.0:9", "--no-auth"],
+        ["--http", "[::]:9", "--no-auth"],
+        ["--http", "127.0.0.1:9", "--no-auth", "--tokens", str(tmp_path / "t")],
+        ["--http", "127.0.0.1:9", "--tokens", str(tmp_path / "missing.json")],
+        ["--tokens", str(tmp_path / "t")],
+        ["--max-open-tenants", "0"],
+    ):
+        assert run(["mcp", str(tmp_path / "m"), *access]) == 2, access
+    assert not (tmp_path / "m").exists()
 
 
 def test_mcp_agent_example_answers_over_mcp(
@@ -319,3 +338,212 @@ def test_mcp_agent_example_answers_over_mcp(
     assert run.returncode == 0, run.stderr[-3000:]
     assert "calls paid" in run.stdout and "for the full pool" in run.stdout
     assert run.stdout.count("hit ") + run.stdout.count("miss ") == 5
+
+
+@contextlib.asynccontextmanager
+async def _client(url: str, token: str | None = None):
+    """The MCP SDK's client over streamable HTTP, with a bearer token."""
+    headers = {} if token is None else {"authorization": f"Bearer {token}"}
+    timeout = httpx2.Timeout(30.0, read=TIMEOUT_S)
+    async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, read_timeout_seconds=TIMEOUT_S) as client:
+            yield client
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"},
+    },
+}
+ACCEPT = {
+    "accept": "application/json, text/event-stream",
+    "content-type": "application/json",
+}
+
+
+def _one_line_error(reply) -> str:
+    assert reply.is_error, reply
+    (content,) = reply.content
+    assert content.text and "\n" not in content.text, content.text
+    return content.text
+
+
+def _files(folder: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _token(run, capsys, tokens: Path, *tenants: str) -> str:
+    arguments = ["mcp-token", "add", "--tokens", str(tokens)]
+    for tenant in tenants:
+        arguments += ["--tenant", tenant]
+    capsys.readouterr()
+    assert run(arguments) == 0
+    return capsys.readouterr().out.strip()
+
+
+def test_http_tokens_reach_only_their_tenants(
+    tmp_path, scorer_model, compilation_cache, capsys
+):
+    from earm_jax.cli.main import run
+
+    tokens = tmp_path / "tokens.json"
+    alice = _token(run, capsys, tokens, "alice")
+    bob = _token(run, capsys, tokens, "bob")
+    assert alice not in tokens.read_text() and oct(tokens.stat().st_mode)[-3:] == "600"
+    folder = tmp_path / "memory"
+    process, url = _start_http(
+        folder, scorer_model, compilation_cache, "--tokens", str(tokens)
+    )
+    try:
+        # No token, a wrong token: 401 with a Bearer challenge. A valid token
+        # with a foreign Host (421) or Origin (403): refused. A JSON-RPC id
+        # that is an object: a JSON-RPC error, not accepted and dropped.
+        for headers, status in [
+            ({}, 401),
+            ({"authorization": "Bearer earm_not-a-token"}, 401),
+            ({"authorization": f"Bearer {alice}", "host": "evil.example"}, 421),
+            (
+                {"authorization": f"Bearer {alice}", "origin": "http://evil.example"},
+                403,
+            ),
+        ]:
+            response = httpx2.post(url, json=INITIALIZE, headers=ACCEPT | headers)
+            assert response.status_code == status, (headers, response.text)
+            if status == 401:
+                assert response.headers["www-authenticate"].startswith("Bearer ")
+        as_alice = ACCEPT | {"authorization": f"Bearer {alice}"}
+        response = httpx2.post(url, json=INITIALIZE, headers=as_alice)
+        as_alice |= {
+            "mcp-session-id": response.headers["mcp-session-id"],
+            "mcp-protocol-version": INITIALIZE["params"]["protocolVersion"],
+        }
+        for message in (
+            INITIALIZE | {"id": {"an": "object"}},
+            {"jsonrpc": "2.0", "id": {"an": "object"}, "method": "ping"},
+        ):
+            response = httpx2.post(url, json=message, headers=as_alice)
+            assert response.status_code == 400, response.text
+            error = response.json()["error"]
+            assert error["code"] == -32600 and "id must be" in error["message"]
+
+        async def sessions():
+            async with _client(url, bob) as client:
+                reply = await client.call_tool("remember", {"text": "Bob's secret."})
+                assert not reply.is_error, reply.content
+            await asyncio.sleep(1.0)  # let bob's folder settle
+            before = _files(folder / "bob")
+            async with _client(url, alice) as client:
+                reply = await client.call_tool("remember", {"text": "Alice's own."})
+                assert not reply.is_error, reply.content
+                for name, arguments in [
+                    ("recall", {"query": "secret", "k": 1}),
+                    ("get", {"ids": [0]}),
+                    ("forget", {"ids": [0]}),
+                    ("update", {"id": 0, "text": "overwritten"}),
+                    ("remember", {"text": "planted"}),
+                    ("stats", {}),
+                ]:
+                    reply = await client.call_tool(name, arguments | {"tenant": "bob"})
+                    assert "refused" in _one_line_error(reply), name
+                reply = await client.call_tool(
+                    "remember", {"text": "x", "tenant": "eve"}
+                )
+                assert "refused" in _one_line_error(reply)
+                reply = await client.call_tool("get", {"ids": [0]})
+                (memory,) = reply.structured_content["memories"]
+                assert memory["text"] == "Alice's own."
+            assert _files(folder / "bob") == before
+
+        asyncio.run(sessions())
+        assert not (folder / "eve").exists()
+        assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == [
+            "alice",
+            "bob",
+        ]
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def _open_tenants(pid: int, folder: Path) -> set[str]:
+    """The tenant folders whose files the server process holds open."""
+    held = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = Path(os.readlink(fd))
+        except OSError:
+            continue
+        if folder in target.parents and target.parent != folder:
+            held.add(target.relative_to(folder).parts[0])
+    return held
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs /proc")
+def test_http_thousand_tenant_names_stay_bounded(
+    tmp_path, scorer_model, compilation_cache
+):
+    folder = tmp_path / "memory"
+    process, url = _start_http(
+        folder,
+        scorer_model,
+        compilation_cache,
+        "--no-auth",
+        "--max-open-tenants",
+        "3",
+        "--max-tenants",
+        "12",
+    )
+    most_open = 0
+    try:
+
+        async def many():
+            nonlocal most_open
+            async with _client(url) as client:
+                reply = await client.call_tool(
+                    "remember", {"text": "kept across closes", "tenant": "t0"}
+                )
+                assert not reply.is_error, reply.content
+                for number in range(1000):
+                    reply = await client.call_tool("stats", {"tenant": f"t{number}"})
+                    # "default" (opened at start) and t0..t10 fill the 12 folders.
+                    if number <= 10:
+                        assert not reply.is_error, (number, reply.content)
+                    else:
+                        assert "max_tenants=12" in _one_line_error(reply), number
+                    if number % 10 == 0 or number < 15:
+                        open_now = _open_tenants(process.pid, folder)
+                        most_open = max(most_open, len(open_now))
+                        assert len(open_now) <= 3, (number, open_now)
+                reply = await client.call_tool("get", {"ids": [0], "tenant": "t0"})
+                (memory,) = reply.structured_content["memories"]
+                assert memory["text"] == "kept across closes"
+                # An argument of the wrong type: one line naming it.
+                reply = await client.call_tool("recall", {"query": "q", "k": "five"})
+                assert "argument k" in _one_line_error(reply)
+
+        asyncio.run(many())
+        assert 1 <= most_open <= 3
+        tenant_folders = [p for p in folder.iterdir() if p.is_dir()]
+        assert len(tenant_folders) == 12
+        # A second server on the folder: one line, exit 2.
+        second = subprocess.run(
+            _command(folder, scorer_model),
+            env=_env(compilation_cache),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
+        assert second.returncode == 2, second.stderr
+        (line,) = second.stderr.strip().splitlines()
+        assert line.startswith("error: ") and "in use" in line and " — " in line
+        assert str(process.pid) in line
+    finally:
+        process.terminate()
+        process.wait(30)
