@@ -43,7 +43,8 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks._common import metadata, print_table, write_json  # noqa: E402
+from benchmarks._common import print_table, write_json  # noqa: E402
+from earm_jax.jobs.metadata import provenance  # noqa: E402
 
 REFERENCE = "torch-float32"
 RECALL_TOLERANCE = 0.002
@@ -154,7 +155,7 @@ def used_scores(logits: np.ndarray, pool: dict[str, Any], blend: Any) -> np.ndar
     return np.asarray(blend.combine(probabilities, pool["similarity"]))
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     from earm_jax.jobs.locomo import select_conversations
     from earm_jax.locomo.data import load_locomo
     from earm_jax.locomo.streams import build_streams
@@ -300,7 +301,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             package: _version(package)
             for package in ("torch", "transformers", "onnxruntime", "onnx")
         },
-        "meta": metadata(),
+        "meta": provenance("python -m benchmarks.bench_scorer_backends", argv),
     }
 
 
@@ -312,8 +313,9 @@ def _version(package: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = parse_args(argv)
-    result = run(args)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(arguments)
+    result = run(args, arguments)
     rows = [
         {"backend": name, **{k: v for k, v in row.items() if not isinstance(v, list)}}
         for name, row in result["backends"].items()
