@@ -166,6 +166,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     from earm_jax.scoring.similarity_blend import load_blend
     from earm_jax.store.embeddings import Embedder
 
+    # The commit and command of the code that runs, read before it runs.
+    meta = provenance("python -m benchmarks.bench_scorer_backends", argv)
     backends = [name.strip() for name in args.backends.split(",") if name.strip()]
     if REFERENCE not in backends:
         backends.insert(0, REFERENCE)
@@ -301,7 +303,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             package: _version(package)
             for package in ("torch", "transformers", "onnxruntime", "onnx")
         },
-        "meta": provenance("python -m benchmarks.bench_scorer_backends", argv),
+        "meta": meta,
     }
 
 

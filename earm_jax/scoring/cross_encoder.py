@@ -55,10 +55,15 @@ BACKENDS: tuple[str, ...] = (
     "onnx-int8",
 )
 DEFAULT_BACKEND: Backend = "torch-float32"
-"""Fixed from the committed benchmark JSON
-(``benchmarks/results/scorer_backends_*.json``): the fastest backend that
-keeps float32 torch's ranking (Recall@10 of Full within 0.002, mean top-10
-overlap >= 9.5/10); none has been measured to, so far."""
+"""Fixed in code from the committed benchmark JSON
+(``benchmarks/results/scorer_backends_cpu.json``), never chosen at run time:
+the fastest backend that keeps float32 torch's ranking (Recall@10 of Full
+within 0.002, mean top-10 overlap >= 9.5/10). The first run (a busy 2-core
+machine) found ``onnx-float32`` 1.28x as fast with the same ranking; the
+default stays ``torch-float32`` until an idle-machine run confirms it, since
+a new default changes the default scorer's identity (existing score caches
+would not be hit) and needs the ``scorer`` extra (docs/trained-scorer.md,
+"Backends")."""
 
 DTYPES: tuple[str, ...] = ("float32", "bfloat16")
 """The precisions of the torch backends (the old ``--scorer-dtype`` values)."""
