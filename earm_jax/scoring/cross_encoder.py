@@ -55,8 +55,8 @@ BACKENDS: tuple[str, ...] = (
     "onnx-int8",
 )
 DEFAULT_BACKEND: Backend = "torch-float32"
-"""Fixed in code from the committed benchmark JSON
-(``benchmarks/results/scorer_backends_cpu.json``), never chosen at run time:
+"""Fixed in code from the committed JSON of
+``benchmarks/bench_scorer_backends.py``, never chosen at run time:
 the fastest backend that keeps float32 torch's ranking (Recall@10 of Full
 within 0.002, mean top-10 overlap >= 9.5/10). The first run (a busy 2-core
 machine) found ``onnx-float32`` 1.28x as fast with the same ranking; the
