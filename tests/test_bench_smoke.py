@@ -130,3 +130,51 @@ def test_the_suite_entry_point_names_maintained_scripts_only():
     # The one-off studies live apart from the suite.
     assert not (REPO / "benchmarks" / "baseline_c45063e.py").exists()
     assert (REPO / "experiments" / "README.md").exists()
+
+
+@pytest.mark.locomo
+def test_scorer_backends_compares_with_torch_on_the_same_pairs(
+    tmp_path, monkeypatch, locomo_path, embedding_cache_dir
+):
+    pytest.importorskip("onnxruntime")
+    from benchmarks import bench_scorer_backends
+    from tests.scoring.tiny_models import build_cross_encoder
+
+    monkeypatch.setenv("EARM_CACHE_DIR", str(tmp_path / "user-cache"))
+    model = build_cross_encoder(tmp_path / "model")
+    out = tmp_path / "backends.json"
+    payload = bench_scorer_backends.main(
+        [
+            "--scorer-model",
+            str(model),
+            "--data",
+            str(locomo_path),
+            "--conversations",
+            "26",
+            "--memories",
+            "turns,observations",
+            "--questions",
+            "2",
+            "--pool-size",
+            "20",
+            "--rounds",
+            "2",
+            "--backends",
+            "torch-float32,onnx-float32",
+            "--cache-dir",
+            str(embedding_cache_dir),
+            "--out",
+            str(out),
+        ]
+    )
+    assert json.loads(out.read_text())["default"] == payload["default"]
+    reference = payload["backends"]["torch-float32"]
+    assert reference["max_abs_delta"] == 0.0 and reference["top10_overlap"] == 10
+    onnx = payload["backends"]["onnx-float32"]
+    assert onnx["max_abs_delta"] < 1e-4 and onnx["passes"]
+    assert set(payload["memories"]) == {"turns", "observations"}
+    assert payload["questions_per_setting"] == {"turns": 2, "observations": 2}
+    assert len(payload["memories"]["turns"]["onnx-float32"]["times_s"]) == 2
+    assert payload["meta"]["command"].startswith(
+        "python -m benchmarks.bench_scorer_backends --scorer-model"
+    )

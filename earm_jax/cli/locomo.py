@@ -29,9 +29,14 @@ from earm_jax.cli.options import (
     Preset,
     Quiet,
     Resamples,
+    ScorerBackend,
+    ScorerDtype,
     ScorerMode,
     Solver,
     comma_names,
+)
+from earm_jax.cli.options import (
+    scorer_backend as resolve_scorer_backend,
 )
 from earm_jax.jobs.metadata import write_json
 
@@ -154,9 +159,8 @@ def locomo(
             "served model name."
         ),
     ] = None,
-    scorer_dtype: Annotated[
-        str, typer.Option(help="cross-encoder: float32 or bfloat16 (faster).")
-    ] = "float32",
+    scorer_backend: ScorerBackend = None,
+    scorer_dtype: ScorerDtype = None,
     allow_in_sample: Annotated[
         bool,
         typer.Option(
@@ -283,6 +287,13 @@ def locomo(
             "--answer needs --answer-base-url and --answer-model",
             "point them at an OpenAI-compatible chat server",
         )
+    backend = resolve_scorer_backend(scorer_backend, scorer_dtype)
+    if backend != "torch-float32" and scorer != "cross-encoder":
+        raise UserError(
+            f"--scorer-backend {backend} goes with --scorer cross-encoder, not "
+            f"--scorer {scorer}",
+            "drop --scorer-backend, or score with --scorer cross-encoder",
+        )
     _load_check(data, comma_names(conversations), limit)
     job = LocomoJob(
         data=str(data),
@@ -303,7 +314,7 @@ def locomo(
         base_url=base_url,
         scorer_model=scorer_model,
         scorer_mode=scorer_mode,
-        scorer_dtype=scorer_dtype,
+        scorer_backend=backend,
         allow_in_sample=allow_in_sample,
         score_cache=str(score_cache) if score_cache else None,
         answer=answer,

@@ -12,7 +12,12 @@ from typing import Annotated
 import typer
 
 from earm_jax.cli.errors import UserError, user_errors
-from earm_jax.cli.options import ScorerMode
+from earm_jax.cli.options import (
+    ScorerBackend,
+    ScorerDtype,
+    ScorerMode,
+)
+from earm_jax.cli.options import scorer_backend as resolve_scorer_backend
 
 _HOST_PORT = re.compile(r"(?P<host>[^:]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})")
 
@@ -31,7 +36,13 @@ def parse_host_port(value: str) -> tuple[str, int]:
     return match["host"].strip("[]"), int(match["port"])
 
 
-def _scorer(model: Path | None, url: str | None, name: str | None, mode: str):
+def _scorer(
+    model: Path | None,
+    url: str | None,
+    name: str | None,
+    mode: str,
+    backend: str = "torch-float32",
+):
     if (model is None) == (url is None):
         raise UserError(
             "earm mcp needs one scorer: --scorer-model DIR or --scorer-url URL",
@@ -39,10 +50,22 @@ def _scorer(model: Path | None, url: str | None, name: str | None, mode: str):
             "or a vLLM server's URL with --scorer-name",
         )
     if model is not None:
-        from earm_jax.scoring.cross_encoder import CrossEncoderScorer
+        from earm_jax.scoring.cross_encoder import (
+            CrossEncoderScorer,
+            CrossEncoderSettings,
+        )
 
         with user_errors("pass a one-label cross-encoder folder"):
-            return CrossEncoderScorer(model)
+            return CrossEncoderScorer(
+                model,
+                CrossEncoderSettings(backend=backend),  # type: ignore[arg-type]
+            )
+    if backend != "torch-float32":
+        raise UserError(
+            f"--scorer-backend {backend} is for --scorer-model (in process), not "
+            "--scorer-url",
+            "drop --scorer-backend (the server picks its own precision)",
+        )
     if not name:
         raise UserError(
             "--scorer-url needs --scorer-name", "the model name the server serves"
@@ -139,6 +162,8 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="The model --scorer-url serves.")
         ] = None,
         scorer_mode: ScorerMode = "yesno",
+        scorer_backend: ScorerBackend = None,
+        scorer_dtype: ScorerDtype = None,
         tenant: Annotated[
             str, typer.Option(help="Tenant of tool calls that name none.")
         ] = "default",
@@ -208,7 +233,10 @@ def register(app: typer.Typer) -> None:
             tenant_folder(folder, tenant)
         root_lock = _lock_root(folder)
         try:
-            scorer = _scorer(scorer_model, scorer_url, scorer_name, scorer_mode)
+            backend = resolve_scorer_backend(scorer_backend, scorer_dtype)
+            scorer = _scorer(
+                scorer_model, scorer_url, scorer_name, scorer_mode, backend
+            )
             # No embedding cache on disk: each tenant's journal keeps its memories'
             # vectors, and a shared cache would keep a forgotten text's digest and
             # vector after `forget`. One that an earlier version left goes now.

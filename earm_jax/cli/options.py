@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from earm_jax.cli.errors import UserError
 from earm_jax.core.solvers import SOLVERS
 from earm_jax.settings import EarmSettings
 
@@ -60,6 +62,72 @@ ExpandMinScore = Annotated[
 ScorerMode = Annotated[
     str, typer.Option(help="vLLM scoring mode: yesno, rerank, chat, text.")
 ]
+SCORER_BACKENDS = ("torch-float32", "torch-bfloat16", "onnx-float32", "onnx-int8")
+"""The in-process scorer's backends (``earm_jax.scoring.cross_encoder.BACKENDS``,
+repeated here so that ``--help`` imports no torch; a test checks they agree)."""
+DEFAULT_SCORER_BACKEND = "torch-float32"
+
+ScorerBackend = Annotated[
+    str | None,
+    typer.Option(
+        help="In-process cross-encoder: what runs it at which precision, "
+        + ", ".join(SCORER_BACKENDS)
+        + f" (default {DEFAULT_SCORER_BACKEND}; onnx-* need the scorer extra; "
+        "see docs/trained-scorer.md#backends).",
+        show_default=False,
+    ),
+]
+ScorerDtype = Annotated[
+    str | None,
+    typer.Option(
+        hidden=True,
+        help="Deprecated: --scorer-backend torch-float32 or torch-bfloat16.",
+    ),
+]
+
+_WARNED: set[str] = set()
+
+
+def scorer_backend(backend: str | None, dtype: str | None) -> str:
+    """The backend ``--scorer-backend`` names, or the one the deprecated
+    ``--scorer-dtype`` stands for (saying so once per process); a one-line
+    error on an unknown name or on both options disagreeing.
+
+    >>> scorer_backend("onnx-float32", None)
+    'onnx-float32'
+    >>> scorer_backend(None, None)
+    'torch-float32'
+    """
+    if backend is not None and backend not in SCORER_BACKENDS:
+        raise UserError(
+            f"--scorer-backend must be one of {', '.join(SCORER_BACKENDS)}, got "
+            f"{backend!r}",
+            "e.g. --scorer-backend onnx-float32",
+        )
+    if dtype is None:
+        return backend or DEFAULT_SCORER_BACKEND
+    if dtype not in ("float32", "bfloat16"):
+        raise UserError(
+            f"--scorer-dtype must be float32 or bfloat16, got {dtype!r}",
+            "it is deprecated: use --scorer-backend torch-float32 or torch-bfloat16",
+        )
+    mapped = f"torch-{dtype}"
+    if backend is not None and backend != mapped:
+        raise UserError(
+            f"--scorer-dtype {dtype} (deprecated, = --scorer-backend {mapped}) "
+            f"disagrees with --scorer-backend {backend}",
+            "drop --scorer-dtype",
+        )
+    if "scorer-dtype" not in _WARNED:
+        _WARNED.add("scorer-dtype")
+        print(
+            f"warning: --scorer-dtype is deprecated and will go; it means "
+            f"--scorer-backend {mapped}",
+            file=sys.stderr,
+        )
+    return mapped
+
+
 JsonPath = Annotated[
     Path | None, typer.Option("--json", help="Write the results JSON here.")
 ]
@@ -107,7 +175,11 @@ __all__ = [
     "Preset",
     "Quiet",
     "Resamples",
+    "SCORER_BACKENDS",
+    "ScorerBackend",
+    "ScorerDtype",
     "ScorerMode",
     "Solver",
     "comma_names",
+    "scorer_backend",
 ]

@@ -15,8 +15,11 @@ from earm_jax.cli.options import (
     Limit,
     LocomoData,
     Quiet,
+    ScorerBackend,
+    ScorerDtype,
     comma_names,
 )
+from earm_jax.cli.options import scorer_backend as resolve_scorer_backend
 
 
 def train_scorer(
@@ -63,9 +66,8 @@ def train_scorer(
             "else float32), bfloat16 or float32."
         ),
     ] = "auto",
-    scorer_dtype: Annotated[
-        str, typer.Option(help="Scoring held-out pools: float32 or bfloat16.")
-    ] = "float32",
+    scorer_backend: ScorerBackend = None,
+    scorer_dtype: ScorerDtype = None,
     max_steps: Annotated[
         int,
         typer.Option(
@@ -102,6 +104,7 @@ def train_scorer(
     )
 
     data = resolve_data(data)
+    backend = resolve_scorer_backend(scorer_backend, scorer_dtype)
     with user_errors("fix the option named above (see `earm train-scorer --help`)"):
         job = TrainScorerJob(
             data=str(data),
@@ -112,7 +115,7 @@ def train_scorer(
             folds=folds,
             base_model=str(base_model) if base_model else None,
             hard_pool=hard_pool,
-            scoring=CrossEncoderSettings(dtype=scorer_dtype, max_length=max_length),  # type: ignore[arg-type]
+            scoring=CrossEncoderSettings(backend=backend, max_length=max_length),  # type: ignore[arg-type]
             training=TrainingSettings(
                 epochs=epochs,
                 group_size=group_size,

@@ -78,7 +78,7 @@ class LocomoJob:
     base_url: str | None = None
     scorer_model: str | None = None
     scorer_mode: str = "yesno"
-    scorer_dtype: str = "float32"
+    scorer_backend: str = "torch-float32"
     allow_in_sample: bool = False
     score_cache: str | None = None
     answer: bool = False
@@ -106,6 +106,13 @@ class LocomoJob:
         """Raises ``ValueError`` naming the first bad field."""
         if self.scorer not in SCORERS:
             raise ValueError(f"scorer must be one of {SCORERS}, got {self.scorer!r}")
+        from earm_jax.scoring.cross_encoder import BACKENDS
+
+        if self.scorer_backend not in BACKENDS:
+            raise ValueError(
+                f"scorer_backend must be one of {', '.join(BACKENDS)}, got "
+                f"{self.scorer_backend!r}"
+            )
         if self.scorer not in ("evidence", "recorded") and not self.scorer_model:
             raise ValueError(f"scorer {self.scorer!r} needs scorer_model")
         if (self.scorer == "recorded") != bool(self.scores):
@@ -432,7 +439,7 @@ def _run_grid(
         note = CROSS_ENCODER_NOTE.format(
             model=job.scorer_model,
             folds=", ".join(f"{k}: {v}" for k, v in paid.folds.items()),
-            dtype=job.scorer_dtype,
+            backend=job.scorer_backend,
         )
     else:
         note = LLM_NOTE.format(

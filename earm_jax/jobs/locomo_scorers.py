@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 CROSS_ENCODER_NOTE = (
     "scores come from the cross-encoder {model} (fold per conversation: {folds}), "
-    "a model trained on LoCoMo evidence, run in this process ({dtype})"
+    "a model trained on LoCoMo evidence, run in this process ({backend})"
 )
 
 LLM_NOTE = (
@@ -87,7 +87,7 @@ def cross_encoder_scorers(
             "allow_in_sample / --allow-in-sample to score them anyway)"
         )
     cache = ScoreCache(job.score_cache or default_cache_dir() / "scores.sqlite")
-    settings = CrossEncoderSettings(dtype=job.scorer_dtype)  # type: ignore[arg-type]
+    settings = CrossEncoderSettings(backend=job.scorer_backend)  # type: ignore[arg-type]
     by_folder: dict[str, Any] = {}
     inner = []
     for choice in choices.values():

@@ -137,7 +137,7 @@ def record_answers(job: RecordJob) -> tuple[RecordedAnswers, dict[str, int]]:
     streams = build_streams(
         conversations, embedder, setting=job.setting, pool_size=built["pool_size"]
     )
-    scoring = CrossEncoderSettings(**built["scoring"])
+    scoring = CrossEncoderSettings.from_json(built["scoring"])
     cache = ScoreCache(job.score_cache or manifest["score_cache"])
     out: dict[str, RecordedConversation] = {}
     answered: list[tuple[str, Any, np.ndarray]] = []
@@ -214,7 +214,7 @@ def record_answers(job: RecordJob) -> tuple[RecordedAnswers, dict[str, int]]:
         scorer={
             "kind": "cross-encoder",
             "models": models,
-            "backend": "torch",
+            "backend": scoring.runtime,
             "precision": scoring.dtype,
             "max_length": scoring.max_length,
             "embedding_model": embedder.identity,

@@ -96,7 +96,7 @@ class TrainScorerJob:
       similarity_blend: also fit the blend of the calibrated answer with the
         pool's cosine similarity on the held-back questions
         (:mod:`earm_jax.scoring.similarity_blend`); the fold's scorer uses it.
-      scoring: how held-out pools are scored (dtype, batch).
+      scoring: how held-out pools are scored (backend, batch).
       training: the fine-tuning settings.
       cache_dir: embedding cache (None: the default).
       score_cache: the SQLite score cache held-out scores go to (None:
@@ -200,6 +200,10 @@ def _settings_of(job: dict[str, Any] | None) -> Any:
     if not isinstance(job, dict):
         return None
     settings = json.loads(json.dumps({k: v for k, v in job.items() if k != "resume"}))
+    # A build started before backends had names recorded its scoring dtype.
+    scoring = settings.get("scoring")
+    if isinstance(scoring, dict) and "dtype" in scoring and "backend" not in scoring:
+        scoring["backend"] = f"torch-{scoring.pop('dtype')}"
     # The same folder named relatively or absolutely is the same build.
     for name in ("data", "out"):
         if isinstance(settings.get(name), str):

@@ -11,23 +11,35 @@ calibration, so the same folder gives the same scores here and behind vLLM
 
 Pairs are scored in length-sorted batches (sentence-transformers sorts them),
 so a pool of 200 short memories costs about the tokens it holds, not 200 times
-the longest one. ``dtype="bfloat16"`` runs the matrix products in bfloat16
-(about twice as fast on CPUs with native bfloat16); its scores differ from
-float32 by a few thousandths, so the dtype is part of the identity and no cache
-mixes the two.
+the longest one.
 
-Needs the ``embed`` extra (torch, sentence-transformers); nothing here is
-imported by ``import earm_jax``.
+**Backends.** One name says what runs the model and at which precision
+(:data:`BACKENDS`): ``torch-float32`` (the default: exact, what vLLM serves on
+CPU), ``torch-bfloat16`` (matrix products in bfloat16, about twice as fast on
+CPUs with native bfloat16, a few thousandths off float32), ``onnx-float32``
+(the folder exported once to ONNX and run by ONNX Runtime with its graph
+optimizations, :mod:`earm_jax.scoring.onnx_backend`) and ``onnx-int8`` (the
+same with dynamically quantized int8 weights). The backend is part of the
+identity, so no score cache and no recorded answers mix two of them; the
+torch backends keep the identity they always had (``dtype`` and
+``max_length``, no ``backend`` entry), so caches written before backends had
+names stay valid. The default is chosen by ``benchmarks/bench_scorer_backends.py``
+(docs/trained-scorer.md, "Backends").
+
+Needs the ``embed`` extra (torch, sentence-transformers), and for the ONNX
+backends the ``scorer`` extra (onnxruntime); nothing here is imported by
+``import earm_jax``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import logging
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,8 +47,26 @@ from earm_jax.store.embeddings import model_identity
 
 from .base import PairScore, ScorerIdentity
 
-Dtype = Literal["float32", "bfloat16"]
+Backend = Literal["torch-float32", "torch-bfloat16", "onnx-float32", "onnx-int8"]
+BACKENDS: tuple[str, ...] = (
+    "torch-float32",
+    "torch-bfloat16",
+    "onnx-float32",
+    "onnx-int8",
+)
+DEFAULT_BACKEND: Backend = "torch-float32"
+"""Fixed in code from the committed JSON of
+``benchmarks/bench_scorer_backends.py``, never chosen at run time:
+the fastest backend that keeps float32 torch's ranking (Recall@10 of Full
+within 0.002, mean top-10 overlap >= 9.5/10). The first run (a busy 2-core
+machine) found ``onnx-float32`` 1.28x as fast with the same ranking; the
+default stays ``torch-float32`` until an idle-machine run confirms it, since
+a new default changes the default scorer's identity (existing score caches
+would not be hit) and needs the ``scorer`` extra (docs/trained-scorer.md,
+"Backends")."""
+
 DTYPES: tuple[str, ...] = ("float32", "bfloat16")
+"""The precisions of the torch backends (the old ``--scorer-dtype`` values)."""
 PROMPT_VERSION = "pair-v1"
 """The input format: the raw question as text A, the memory text as text B."""
 
@@ -51,14 +81,37 @@ class CrossEncoderSettings:
     Attributes:
       batch_size: pairs per forward pass.
       max_length: tokens per pair; longer pairs are truncated (longest first).
-      dtype: ``"float32"`` (exact; what vLLM serves on CPU) or ``"bfloat16"``.
-      num_threads: torch CPU threads (``None``: torch's default).
+      backend: what runs the model at which precision, one of
+        :data:`BACKENDS` (``"torch-float32"``: exact; what vLLM serves on CPU).
+      num_threads: CPU threads of torch or of the ONNX Runtime session
+        (``None``: the library's default).
     """
 
     batch_size: int = 64
     max_length: int = DEFAULT_MAX_LENGTH
-    dtype: Dtype = "float32"
+    backend: Backend = DEFAULT_BACKEND
     num_threads: int | None = None
+
+    @property
+    def runtime(self) -> str:
+        """``"torch"`` or ``"onnx"``."""
+        return self.backend.split("-", 1)[0]
+
+    @property
+    def dtype(self) -> str:
+        """The precision part of the backend: float32, bfloat16 or int8."""
+        return self.backend.split("-", 1)[1]
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> CrossEncoderSettings:
+        """Settings from their JSON (a build manifest's ``scoring``); the
+        ``dtype`` of manifests written before backends had names is read as
+        the torch backend of that precision."""
+        fields = dict(data)
+        dtype = fields.pop("dtype", None)
+        if dtype is not None and "backend" not in fields:
+            fields["backend"] = f"torch-{dtype}"
+        return CrossEncoderSettings(**fields)
 
     def __post_init__(self) -> None:
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
@@ -67,8 +120,10 @@ class CrossEncoderSettings:
             raise ValueError(
                 f"max_length must be an int in [8, 512], got {self.max_length!r}"
             )
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(
+                f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}"
+            )
         if self.num_threads is not None and (
             not isinstance(self.num_threads, int) or self.num_threads < 1
         ):
@@ -97,7 +152,31 @@ def check_model_folder(folder: str | os.PathLike[str]) -> Path:
     return path
 
 
-def _autocast(dtype: Dtype) -> contextlib.AbstractContextManager[Any]:
+def backend_from_dtype(dtype: str) -> str:
+    """The backend name of an old ``dtype`` setting (``float32`` ->
+    ``torch-float32``); a ``ValueError`` for another value."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    return f"torch-{dtype}"
+
+
+def identity_settings(settings: CrossEncoderSettings) -> tuple[tuple[str, str], ...]:
+    """The identity's settings: precision and length, and the runtime where it
+    is not torch (the torch backends keep the identity of before, so their
+    caches stay valid).
+
+    >>> identity_settings(CrossEncoderSettings())
+    (('dtype', 'float32'), ('max_length', '256'))
+    >>> identity_settings(CrossEncoderSettings(backend="onnx-int8"))
+    (('backend', 'onnx'), ('dtype', 'int8'), ('max_length', '256'))
+    """
+    pairs = [("dtype", settings.dtype), ("max_length", str(settings.max_length))]
+    if settings.runtime != "torch":
+        pairs.insert(0, ("backend", settings.runtime))
+    return tuple(pairs)
+
+
+def _autocast(dtype: str) -> contextlib.AbstractContextManager[Any]:
     import torch
 
     if dtype == "bfloat16":
@@ -110,7 +189,10 @@ class CrossEncoderScorer:
 
     Args:
       folder: a model folder ``sentence_transformers.CrossEncoder`` loads.
-      settings: batching, length, dtype, threads.
+      settings: batching, length, backend, threads.
+
+    Raises:
+      ValueError: not a model folder, or an ONNX backend without onnxruntime.
 
     Example:
       scorer = CrossEncoderScorer("scorer/fold-0")
@@ -124,14 +206,19 @@ class CrossEncoderScorer:
     ) -> None:
         self.folder = check_model_folder(folder)
         self.settings = settings or CrossEncoderSettings()
+        if (
+            self.settings.runtime == "onnx"
+            and importlib.util.find_spec("onnxruntime") is None
+        ):
+            raise ValueError(
+                f"backend {self.settings.backend!r} needs onnxruntime: "
+                "pip install 'earm_jax[scorer]'"
+            )
         self._identity = ScorerIdentity(
             kind="cross-encoder",
             model=model_identity(self.folder),
             prompt_version=PROMPT_VERSION,
-            settings=(
-                ("dtype", self.settings.dtype),
-                ("max_length", str(self.settings.max_length)),
-            ),
+            settings=identity_settings(self.settings),
         )
         self._model: Any = None
         self.pairs_scored = 0
@@ -144,6 +231,16 @@ class CrossEncoderScorer:
         if self._model is None:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            if self.settings.runtime == "onnx":
+                from .onnx_backend import OnnxCrossEncoder
+
+                self._model = OnnxCrossEncoder(
+                    self.folder,
+                    precision=self.settings.dtype,  # type: ignore[arg-type]
+                    max_length=self.settings.max_length,
+                    num_threads=self.settings.num_threads,
+                )
+                return self._model
             import torch
             from sentence_transformers import CrossEncoder
 
@@ -176,9 +273,13 @@ class CrossEncoderScorer:
         """The raw logits of ``pairs`` (before the sigmoid), in order."""
         if not pairs:
             return []
+        model = self._load()
+        if self.settings.runtime == "onnx":
+            values = model.logits(pairs, self.settings.batch_size)
+            self.pairs_scored += len(pairs)
+            return [float(value) for value in values]
         import torch
 
-        model = self._load()
         with _autocast(self.settings.dtype):
             values = model.predict(
                 [list(pair) for pair in pairs],
@@ -234,10 +335,14 @@ def iter_batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 
 
 __all__ = [
+    "BACKENDS",
+    "DEFAULT_BACKEND",
     "DEFAULT_MAX_LENGTH",
     "DTYPES",
     "PROMPT_VERSION",
     "CrossEncoderScorer",
     "CrossEncoderSettings",
+    "backend_from_dtype",
     "check_model_folder",
+    "identity_settings",
 ]

@@ -107,7 +107,7 @@ def test_replayed_answers_are_the_cross_encoders_own(
 
     chosen = select_conversations(chosen, (), 4)
     streams = build_streams(chosen, embedder, setting="turns", pool_size=200)
-    settings = CrossEncoderSettings(**manifest["job"]["scoring"])
+    settings = CrossEncoderSettings.from_json(manifest["job"]["scoring"])
     with ScoreCache(cache_path) as cache:
         for stream, conversation in zip(streams, chosen, strict=True):
             choice = opened.choose(conversation_digest(conversation))

@@ -75,7 +75,9 @@ def test_score_many_equals_score_per_query(fold_folder):
 def test_identity_names_the_weights_and_the_dtype(fold_folder, trained_scorer):
     folder, _, _ = trained_scorer
     exact = CrossEncoderScorer(fold_folder)
-    fast = CrossEncoderScorer(fold_folder, CrossEncoderSettings(dtype="bfloat16"))
+    fast = CrossEncoderScorer(
+        fold_folder, CrossEncoderSettings(backend="torch-bfloat16")
+    )
     other = CrossEncoderScorer(folder / "fold-1")
     assert exact.identity.kind == "cross-encoder"
     assert exact.identity.key() != fast.identity.key()
@@ -101,8 +103,8 @@ def test_the_saved_sigmoid_is_the_calibrated_probability(trained_scorer):
 def test_bad_settings_name_the_field(tmp_path):
     with pytest.raises(ValueError, match="batch_size"):
         CrossEncoderSettings(batch_size=0)
-    with pytest.raises(ValueError, match="dtype"):
-        CrossEncoderSettings(dtype="float16")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="backend"):
+        CrossEncoderSettings(backend="torch-float16")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_length"):
         CrossEncoderSettings(max_length=4)
     with pytest.raises(ValueError, match="does not exist"):
