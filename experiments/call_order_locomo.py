@@ -68,6 +68,9 @@ def main() -> None:
     )
     payload, _ = run_locomo_job(job)
     payload["adaptive_overrides"] = overrides
+    payload["command"] = "python experiments/call_order_locomo.py " + " ".join(
+        sys.argv[1:]
+    )
     results, contrasts = payload["results"], payload["contrasts"]
     for name, row in results.items():
         recall = row["recall@10"]["mean"]

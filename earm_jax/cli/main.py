@@ -14,6 +14,7 @@ import typer
 
 from earm_jax import __version__
 from earm_jax.cli import (
+    advise,
     locomo,
     mcp,
     notebook,
@@ -85,6 +86,7 @@ results.register(app)
 retriever.register(app)
 train_scorer.register(app)
 record_scores.register(app)
+advise.register(app)
 mcp.register(app)
 
 

@@ -1,0 +1,108 @@
+"""``earm advise``: does completing the matrix pay for your scorer at your cap?"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from earm_jax.cli.errors import UserError, user_errors
+from earm_jax.cli.options import CacheDir, LocomoData
+from earm_jax.cli.output import console as make_console
+
+VERDICTS = {
+    "best": "`best` pays: with this much room above Top-similarity, a completing "
+    "policy won in every cell of the map",
+    "top_similarity": "score the top of the similarity order (Top-similarity): "
+    "with this little room, no completing policy won anywhere in the map",
+    "measure": "the room alone does not decide: in the map, scorers with this "
+    "much room both paid (independent errors) and did not (the trained "
+    "cross-encoder's errors); replay your answers through the policies "
+    "(`earm locomo --scorer recorded`, docs: When EARM pays)",
+}
+
+
+def advise_command(
+    scores: Annotated[
+        Path,
+        typer.Option(
+            help="Your scorer's labelled answers: a CSV with query_id, "
+            "candidate_rank (1: the most similar), similarity, score (in [0, 1]), "
+            "label (0/1) and an optional group, every pool candidate scored; or a "
+            "recorded-answers .npz of `earm record-scores` (with --data)."
+        ),
+    ],
+    call_budget: Annotated[
+        float,
+        typer.Option(help="The share of each pool a query may pay for, in (0, 1]."),
+    ] = 0.25,
+    data: LocomoData = None,
+    cache_dir: CacheDir = None,
+    resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 1000,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Also write the numbers as JSON.")
+    ] = None,
+) -> None:
+    """Say whether `best` pays for your scorer at your call cap, from a small
+    labelled sample: how far scoring every candidate (Full) beats scoring the
+    cap's share at the top of the similarity order, against the regime map's
+    bounds (below the smallest room where completion ever paid: score the top;
+    above the largest where it never did: `best`; between: replay to know)."""
+    from earm_jax.jobs.advise import (
+        MAP_BOUNDS,
+        advise_answers,
+        read_answers_csv,
+        recorded_labelled_answers,
+    )
+
+    if not 0.0 < call_budget <= 1.0:
+        raise UserError(
+            f"--call-budget must be in (0, 1], got {call_budget}",
+            "give the share of each pool a query may pay for, e.g. 0.25",
+        )
+    if not scores.is_file():
+        raise UserError(f"--scores {str(scores)!r} does not exist", "give a file")
+    if scores.suffix == ".npz":
+        from earm_jax.cli.locomo import resolve_data
+
+        with user_errors("give the LoCoMo data the answers were recorded on"):
+            answers = recorded_labelled_answers(
+                str(scores),
+                str(resolve_data(data)),
+                str(cache_dir) if cache_dir else None,
+            )
+    else:
+        with user_errors("fix the CSV (columns: query_id, candidate_rank, ...)"):
+            with open(scores, encoding="utf-8", newline="") as lines:
+                answers = read_answers_csv(lines, str(scores))
+    with user_errors("give labelled answers with a relevant candidate"):
+        report = advise_answers(answers, call_budget, MAP_BOUNDS, resamples)
+    console = make_console()
+    room = report["full_minus_top_similarity"]
+    recall = report["recall@10"]
+    console.print(
+        f"{report['questions']} questions with a relevant candidate; "
+        f"{report['calls_per_query']:.1f} calls per question at {call_budget:.0%}",
+        markup=False,
+    )
+    console.print(
+        f"Recall@10: Full {recall['full']:.3f}, Top-similarity "
+        f"{recall['top_similarity']:.3f}, Semantic {recall['semantic']:.3f}; "
+        f"AUC {report['auc']:.3f} (similarity {report['auc_similarity']:.3f})",
+        markup=False,
+    )
+    console.print(
+        f"Full - Top-similarity {room['mean']:+.3f} [{room['ci'][0]:+.3f}, "
+        f"{room['ci'][1]:+.3f}]; in the map, completion paid from "
+        f"{MAP_BOUNDS[0]:+.3f} and failed up to {MAP_BOUNDS[1]:+.3f}",
+        markup=False,
+    )
+    console.print(VERDICTS[report["verdict"]], markup=False)
+    if json_path is not None:
+        json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("advise")(advise_command)

@@ -1,0 +1,166 @@
+"""The regime map: where paying for a few scores and completing the rest
+beats scoring the top of the similarity order, by scorer quality and call cap.
+
+For each point on the measured quality axis (a build's recorded answers moved
+toward the evidence label or toward similarity with ``--mix``, or the evidence
+stand-in) and each call cap, it runs ``earm locomo --preset best
+--side-information --budget-scale auto`` (every anchored policy held at the cap)
+and keeps one cell: each policy's Recall@10 and calls, the scorer's measured
+quality (AUC, Full − Semantic, Full − Top-similarity), the winner among the
+policies that pay at most the cap, and ``best``'s and ``best_side``'s margin
+over Top-similarity with the paired 95% CI.
+
+    python experiments/regime_map.py --scores experiments/scores/turns-scores.npz \
+        --points model,oracle:0.2,oracle:0.4,similarity:0.5,noise:0.1 \
+        --caps 0.10,0.15,0.25,0.35 --out experiments/results/regime_map/turns.json
+
+With ``--simulate`` each point is ``recurrence:R`` and the run is ``earm
+simulate`` with the recorded answers' scorer profile (the answers drawn from the
+real model's measured errors) on streams where a query repeats an earlier need
+with probability R: the control for how much of the map is LoCoMo's structure.
+
+    python experiments/regime_map.py --simulate \
+        --scores experiments/scores/turns-scores.npz \
+        --points recurrence:0,recurrence:0.3,recurrence:0.6 --caps 0.10,0.25 \
+        --out experiments/results/regime_map/turns_simulated.json
+
+A cell already in ``--out`` is kept (the run resumes); ``--redo`` reruns it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from earm_jax.eval.regime import map_cell, point_job_fields  # noqa: E402
+from earm_jax.jobs.locomo import LocomoJob, run_locomo_job  # noqa: E402
+from earm_jax.jobs.metadata import provenance, write_json  # noqa: E402
+from earm_jax.scoring.recorded_answers import RecordedAnswers  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default="../shared/data/locomo")
+    parser.add_argument("--scores", default="", help="a build's recorded answers")
+    parser.add_argument("--memories", default="turns")
+    parser.add_argument("--points", default="model,oracle:0.3,similarity:0.5")
+    parser.add_argument("--caps", default="0.10,0.15,0.25,0.35")
+    parser.add_argument("--conversations", default="")
+    parser.add_argument("--limit", type=int, default=0)
+    parser.add_argument("--resamples", type=int, default=1000)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--redo", action="store_true")
+    parser.add_argument("--simulate", action="store_true")
+    args = parser.parse_args()
+    conversations = tuple(c for c in args.conversations.split(",") if c)
+    if args.scores and not conversations and not args.simulate:
+        # Every conversation the recorded answers hold.
+        conversations = tuple(RecordedAnswers.load(args.scores).conversations)
+    out = Path(args.out)
+    payload = json.loads(out.read_text()) if out.is_file() else {"cells": {}}
+    payload.update(
+        {
+            "setting": args.memories,
+            "scores": Path(args.scores).name if args.scores else None,
+            "conversations": list(conversations),
+            "limit": args.limit,
+        }
+    )
+    # Each invocation adds cells: the JSON keeps every command that made it.
+    command = "python experiments/regime_map.py " + " ".join(sys.argv[1:])
+    commands = [c for c in payload.get("commands", []) if c != command] + [command]
+    for point in [p for p in args.points.split(",") if p]:
+        for cap in [float(c) for c in args.caps.split(",") if c]:
+            key = f"{cap:.2f}"
+            if key in payload["cells"].get(point, {}) and not args.redo:
+                continue
+            started = time.perf_counter()
+            if args.simulate:
+                result = _simulated(point, cap, args.scores, args.resamples)
+                cell = map_cell(result, cap)
+                cell["seconds"] = round(time.perf_counter() - started, 1)
+                payload["cells"].setdefault(point, {})[key] = cell
+                payload.update(provenance())
+                payload.update(commands=commands, command=" && ".join(commands))
+                write_json(out, payload)
+                _print(point, key, cell)
+                continue
+            job = LocomoJob(
+                data=args.data,
+                settings=(args.memories,),
+                ks=(10,),
+                conversations=conversations,
+                limit=args.limit,
+                preset="best",
+                call_budget=cap,
+                budget_scale="auto",
+                side_information=True,
+                num_resamples=args.resamples,
+                **point_job_fields(point, args.scores),
+            )
+            result, _ = run_locomo_job(job)
+            cell = map_cell(result, cap)
+            cell["seconds"] = round(time.perf_counter() - started, 1)
+            payload["cells"].setdefault(point, {})[key] = cell
+            payload.update(provenance())
+            payload.update(commands=commands, command=" && ".join(commands))
+            write_json(out, payload)
+            _print(point, key, cell)
+
+
+def _simulated(point: str, cap: float, scores: str, resamples: int) -> dict:
+    """``earm simulate --preset best --side-information`` with the recorded
+    answers' profile at the point's recurrence."""
+    import tempfile
+
+    from earm_jax.cli import main as cli
+
+    kind, _, value = point.partition(":")
+    if kind != "recurrence":
+        raise ValueError(f"--simulate points are recurrence:R, got {point!r}")
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "simulated.json"
+        argv = [
+            "simulate",
+            "--preset",
+            "best",
+            "--side-information",
+            "32",
+            "--scorer-profile",
+            scores,
+            "--recurrence",
+            value,
+            "--call-budget",
+            str(cap),
+            "--budget-scale",
+            "auto",
+            "--resamples",
+            str(resamples),
+            "--quiet",
+            "--json",
+            str(out),
+        ]
+        if cli.run(argv) != 0:
+            raise RuntimeError(f"earm {' '.join(argv)} failed")
+        return json.loads(out.read_text())
+
+
+def _print(point: str, key: str, cell: dict) -> None:
+    margin = cell["margins"]["best"]
+    auc = cell["scorer"]["auc"]
+    print(
+        f"{point:16s} cap {key}  AUC {auc if auc is None else round(auc, 3)}  "
+        f"Full-TopSim {cell['scorer']['full_minus_top_similarity']:+.3f}  "
+        f"winner {cell['winner']:15s} best-TopSim {margin['mean']:+.3f} "
+        f"[{margin['ci'][0]:+.3f}, {margin['ci'][1]:+.3f}]  "
+        f"({cell['seconds']:.0f} s)",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
