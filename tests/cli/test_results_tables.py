@@ -87,6 +87,7 @@ def test_a_changed_result_json_changes_the_table_and_its_provenance(tmp_path, ca
     tables = read_table_list(TABLE_PAYLOAD)
     shown = marked_tables((REPO / "README.md").read_text())
     for name in {source for table in shown for source in tables[table].sources()}:
+        (results / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(_where(name)[0], results / name)
     shutil.copy(RESULTS / TABLE_LIST, results / TABLE_LIST)
     source = results / "conversations_best_turns_noise01.json"
