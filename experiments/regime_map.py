@@ -81,28 +81,8 @@ def main() -> None:
             started = time.perf_counter()
             if args.simulate:
                 result = _simulated(point, cap, args.scores, args.resamples)
-                cell = map_cell(result, cap)
-                cell["seconds"] = round(time.perf_counter() - started, 1)
-                payload["cells"].setdefault(point, {})[key] = cell
-                payload.update(provenance())
-                payload.update(commands=commands, command=" && ".join(commands))
-                write_json(out, payload)
-                _print(point, key, cell)
-                continue
-            job = LocomoJob(
-                data=args.data,
-                settings=(args.memories,),
-                ks=(10,),
-                conversations=conversations,
-                limit=args.limit,
-                preset="best",
-                call_budget=cap,
-                budget_scale="auto",
-                side_information=True,
-                num_resamples=args.resamples,
-                **point_job_fields(point, args.scores),
-            )
-            result, _ = run_locomo_job(job)
+            else:
+                result = _replayed(args, point, cap, conversations)
             cell = map_cell(result, cap)
             cell["seconds"] = round(time.perf_counter() - started, 1)
             payload["cells"].setdefault(point, {})[key] = cell
@@ -110,6 +90,28 @@ def main() -> None:
             payload.update(commands=commands, command=" && ".join(commands))
             write_json(out, payload)
             _print(point, key, cell)
+
+
+def _replayed(
+    args: argparse.Namespace, point: str, cap: float, conversations: tuple
+) -> dict:
+    """``earm locomo --preset best --side-information --budget-scale auto`` at
+    the point's scorer."""
+    job = LocomoJob(
+        data=args.data,
+        settings=(args.memories,),
+        ks=(10,),
+        conversations=conversations,
+        limit=args.limit,
+        preset="best",
+        call_budget=cap,
+        budget_scale="auto",
+        side_information=True,
+        num_resamples=args.resamples,
+        **point_job_fields(point, args.scores),
+    )
+    result, _ = run_locomo_job(job)
+    return result
 
 
 def _simulated(point: str, cap: float, scores: str, resamples: int) -> dict:
