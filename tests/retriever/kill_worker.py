@@ -1,8 +1,16 @@
 """A worker process for the kill -9 tests: opens a retriever folder, checks
-that it holds every acknowledged write, then runs random operations forever,
-logging an intent before and an acknowledgement after each, until killed.
+that it holds every acknowledged write and what became of the scorer batch the
+previous worker was killed in, then runs random operations forever, logging an
+intent before and an acknowledgement after each, until killed.
 
-Usage: python kill_worker.py FOLDER LOG PAID WORKER_NUMBER
+PAID gets one line per scorer batch, ``{"worker", "pairs"}``, before the
+scorer answers, one ``{"worker", "values"}`` after it answered, and, from the
+next worker on reopen, one ``{"worker", "reopened": BATCH, "committed": bool}``
+for the previous worker's last batch (``BATCH`` counts the batch lines from 0):
+all of its pairs stored with the values the scorer gave, or none of them.
+
+Usage: python kill_worker.py FOLDER LOG PAID WORKER_NUMBER [--check-only]
+(``--check-only``: exit after the checks on reopen)
 """
 
 from __future__ import annotations
@@ -45,10 +53,48 @@ class LoggingScorer(KeywordScorer):
 
     def score_many(self, requests):
         pairs = [[q, m] for q, ms in requests for m in ms]
-        self.handle.write(json.dumps({"worker": self.worker, "pairs": pairs}) + "\n")
-        self.handle.flush()
-        os.fsync(self.handle.fileno())
-        return super().score_many(requests)
+        write(self.handle, {"worker": self.worker, "pairs": pairs})
+        answers = super().score_many(requests)
+        values = [a.value if a.ok else None for row in answers for a in row]
+        write(self.handle, {"worker": self.worker, "values": values})
+        return answers
+
+
+def check_last_batch(retriever, paid_path: str, worker: int) -> dict | None:
+    """What became of the previous worker's last scorer batch, read from the
+    reopened folder: committed (every pair stored, with the value the scorer
+    gave) or lost with the kill (none stored); anything else exits."""
+    if not os.path.exists(paid_path):
+        return None
+    records = [json.loads(t) for t in Path(paid_path).read_text().splitlines() if t]
+    batches = [i for i, r in enumerate(records) if "pairs" in r]
+    if not batches or records[batches[-1]]["worker"] == worker:
+        return None
+    position = batches[-1]
+    batch = records[position]
+    answered = [r for r in records[position + 1 :] if "values" in r]
+    values = answered[0]["values"] if answered else None
+    stored = [
+        retriever._journal.get_scores(retriever._scorer_key, query, [memory])[0]
+        for query, memory in batch["pairs"]
+    ]
+    committed = [value is not None for value in stored]
+    if all(committed):
+        if values is None:
+            raise SystemExit(f"batch {len(batches) - 1} stored but never answered")
+        for pair, got, gave in zip(batch["pairs"], stored, values, strict=True):
+            if gave is None or abs(got - gave) > 1e-6:
+                raise SystemExit(f"{pair}: stored {got}, the scorer answered {gave}")
+    elif any(committed):
+        raise SystemExit(
+            f"batch {len(batches) - 1} partly stored: "
+            f"{sum(committed)} of {len(committed)} pairs"
+        )
+    return {
+        "worker": worker,
+        "reopened": len(batches) - 1,
+        "committed": all(committed),
+    }
 
 
 def write(handle, record) -> None:
@@ -140,6 +186,7 @@ def main() -> None:
         sys.argv[3],
         int(sys.argv[4]),
     )
+    check_only = sys.argv[5:] == ["--check-only"]
     lines = []
     if os.path.exists(log_path):
         for text in Path(log_path).read_text().splitlines():
@@ -148,7 +195,14 @@ def main() -> None:
     log = open(log_path, "a", encoding="utf-8")
     scorer = LoggingScorer(paid_path, worker)
     retriever = OnlineRetriever(folder, scorer, HashEmbedder(), CONFIG)
+    verdict = check_last_batch(retriever, paid_path, worker)  # before any scoring
     check(retriever, lines, log)
+    if verdict is not None:
+        write(scorer.handle, verdict)
+    if check_only:
+        retriever.close()
+        print("READY", flush=True)
+        return
     retriever.warm_up()
     print("READY", flush=True)
     rng = random.Random(worker)
