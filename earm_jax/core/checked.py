@@ -3,7 +3,8 @@
 What is checked where:
 
 * **Shapes, dtypes and argument types** are static, so ``select``/``observe``
-  check them at trace time, under ``jit`` too (``ValueError`` /
+  check them at trace time, under ``jit`` too
+  (:class:`~earm_jax.core.config.InputValueError` /
   :class:`~earm_jax.core.config.InputTypeError` naming the field).
 * **Values** (a candidate id outside ``[0, num_memories)``, a memory listed
   twice in one pool, a non-finite similarity of a valid candidate, an

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from earm_jax.base import AnchorFn, BudgetFn, Policy
+from earm_jax.core.config import InputTypeError, InputValueError
 from earm_jax.policies.anchors import stratified_anchors, top_similarity_anchors
 from earm_jax.policies.budget import PAPER_STAGE_RATIOS, constant_budget, stage_schedule
 
@@ -60,7 +61,7 @@ def _staged(
     :func:`constant_budget` of it, refused above the pool."""
     if isinstance(budget, int) and not isinstance(budget, bool):
         if not 0 <= budget <= pool_size:
-            raise ValueError(
+            raise InputValueError(
                 f"budget must be in [0, pool_size={pool_size}], got {budget} (a "
                 "query never pays for more than its pool)"
             )
@@ -69,7 +70,7 @@ def _staged(
         )
     if budget is not None:
         if not callable(budget):
-            raise TypeError(
+            raise InputTypeError(
                 f"budget must be a schedule (count -> int32[]) or an int, got "
                 f"{type(budget).__name__} {budget!r}"
             )

@@ -9,7 +9,11 @@ import numpy as np
 import pytest
 
 import earm_jax as ej
-from earm_jax.core.config import InputTypeError, check_observation_values
+from earm_jax.core.config import (
+    InputTypeError,
+    InputValueError,
+    check_observation_values,
+)
 
 POOL = 8
 
@@ -118,8 +122,22 @@ def test_swapped_select_arguments_raise_a_type_error_naming_the_argument(jit):
         TypeError, match=r"select: state must be an earm_jax\.SolverState"
     ):
         select(jax.random.key(1), _query(), state)
-    # Also a ValueError: one ``except ValueError`` catches every bad input.
-    assert issubclass(InputTypeError, ValueError)
+
+
+def test_a_wrong_type_and_a_wrong_value_are_different_exceptions():
+    solver, state = _solver()
+    with pytest.raises(InputTypeError) as wrong_type:
+        solver.select(state, jax.random.key(1), _query())
+    ids = np.arange(POOL)
+    ids[3] = 30
+    with pytest.raises(InputValueError) as wrong_value:
+        solver.select(jax.random.key(1), state, _query(ids))
+    # One kind each: ``except ValueError`` no longer catches a swapped argument.
+    assert not isinstance(wrong_type.value, ValueError)
+    assert not isinstance(wrong_value.value, TypeError)
+    # Both are refusals of input: one ``except ej.InputError`` catches them.
+    assert isinstance(wrong_type.value, ej.InputError)
+    assert isinstance(wrong_value.value, ej.InputError)
 
 
 def test_swapped_observe_arguments_raise_naming_the_argument():
