@@ -29,6 +29,9 @@ class SolverConfig(NamedTuple):
       capacity: ``Q``, how many queries the history holds.
       pool_size: ``N``, candidates per query.
       max_budget: ``K``, the most anchors one query may store (``<= pool_size``).
+        A policy's budget above it is clipped to it at every query, not
+        refused (a schedule is a traced function of the count);
+        ``StepInfo.budget`` reports the clipped value.
       rank: ``R``, latent dimension; 0 gives the bias-only model.
       l2: ridge penalty :math:`\\lambda` on biases and factors (paper: 0.1).
       solver: ``"incremental"`` (default: block ridge solves over a bounded
@@ -338,47 +341,74 @@ def _host_values(leaf: Any) -> np.ndarray | None:
     return np.asarray(leaf)
 
 
-def check_query_values(config: SolverConfig, query: Query) -> None:
+def _where(axes: tuple[str, ...], index: tuple[int, ...]) -> str:
+    """``"stream 2, query 5: "`` for the leading ``index`` named by ``axes``."""
+    if not axes:
+        return ""
+    return ", ".join(f"{axis} {i}" for axis, i in zip(axes, index, strict=True)) + ": "
+
+
+def check_query_values(
+    config: SolverConfig, query: Query, axes: tuple[str, ...] = ()
+) -> None:
     """Raises :class:`InputValueError` when a valid candidate is not a memory
     id, appears twice in the pool, or has a NaN or infinite similarity.
 
     A value check: it runs where the values are known on the host (eager
-    calls, or by hand before a jitted ``select``/``observe``). Under ``jit``
-    an id outside ``[0, num_memories)`` is treated as unusable (never
+    calls of ``select``, ``observe``, ``step``, :func:`~earm_jax.run` and
+    :func:`~earm_jax.run_batch`, or by hand before a jitted call). Under
+    ``jit`` an id outside ``[0, num_memories)`` is treated as unusable (never
     anchored, ``-inf`` in the scores); a repeated id or a non-finite
-    similarity is not detected there, and its results are undefined.
+    similarity is not detected there, and its results are undefined: run the
+    same checks traced with :func:`~earm_jax.checked`.
+
+    Args:
+      config: the solver's configuration.
+      query: a :class:`~earm_jax.base.Query`; its fields may carry leading
+        axes (a stream's ``[T, N]``, a batch's ``[S, T, N]``).
+      axes: names of those leading axes, e.g. ``("stream", "query")``; the
+        message starts with the failing index (``"stream 2, query 5: "``).
     """
     candidates, valid = _host_values(query.candidates), _host_values(query.valid)
     if candidates is None or valid is None:
         return
+    valid = valid.astype(bool)
     outside = valid & ((candidates < 0) | (candidates >= config.num_memories))
     if outside.any():
-        position = int(np.flatnonzero(outside)[0])
+        *row, position = (int(i) for i in np.argwhere(outside)[0])
         raise InputValueError(
-            f"query.candidates[{position}]={int(candidates[position])} is not a "
-            f"memory id in [0, num_memories={config.num_memories}); mark padding "
-            "with query.valid=False"
+            f"{_where(axes, tuple(row))}query.candidates[{position}]="
+            f"{int(candidates[(*row, position)])} is not a memory id in "
+            f"[0, num_memories={config.num_memories}); mark padding with "
+            "query.valid=False"
         )
-    positions = np.flatnonzero(valid)
-    ids = candidates[positions]
-    unique, first, counts = np.unique(ids, return_index=True, return_counts=True)
-    if (counts > 1).any():
+    # Padding gets distinct negative keys, so only valid ids can repeat.
+    padding_keys = -1 - np.arange(candidates.shape[-1])
+    keys = np.where(valid, candidates, padding_keys)
+    ordered = np.sort(keys, axis=-1)
+    repeats = (ordered[..., 1:] == ordered[..., :-1]).any(axis=-1)
+    if repeats.any():
+        row = tuple(int(i) for i in np.argwhere(repeats)[0]) if repeats.ndim else ()
+        positions = np.flatnonzero(valid[row])
+        ids = candidates[row][positions]
+        unique, counts = np.unique(ids, return_counts=True)
         repeated = int(unique[counts > 1][0])
         where = positions[ids == repeated][:2].tolist()
         raise InputValueError(
-            f"query.candidates holds memory {repeated} twice (positions {where[0]} "
-            f"and {where[1]}): a pool lists each memory once"
+            f"{_where(axes, row)}query.candidates holds memory {repeated} twice "
+            f"(positions {where[0]} and {where[1]}): a pool lists each memory once"
         )
     similarity = _host_values(query.similarity)
     if similarity is None:
         return
     bad = valid & ~np.isfinite(similarity)
     if bad.any():
-        position = int(np.flatnonzero(bad)[0])
+        *row, position = (int(i) for i in np.argwhere(bad)[0])
         raise InputValueError(
-            f"query.similarity[{position}]={float(similarity[position])} is not "
-            "finite; every valid candidate needs a finite similarity (mark "
-            "padding with query.valid=False)"
+            f"{_where(axes, tuple(row))}query.similarity[{position}]="
+            f"{float(similarity[(*row, position)])} is not finite; every valid "
+            "candidate needs a finite similarity (mark padding with "
+            "query.valid=False)"
         )
 
 

@@ -13,6 +13,7 @@ from earm_jax.core.config import (
     OnlineSolver,
     SolverState,
     check_query,
+    check_query_values,
 )
 from earm_jax.types import PRNGKey
 
@@ -21,7 +22,11 @@ def check_stream(solver: OnlineSolver, stream: Stream, batched: bool = False) ->
     """Raises :class:`~earm_jax.core.config.InputValueError` naming the field
     when ``stream`` does not fit ``solver``.
 
-    Shapes are static: this runs at trace time, before any state exists.
+    Shapes are static: this runs at trace time, before any state exists. The
+    queries' values (:func:`~earm_jax.core.config.check_query_values`: ids,
+    repeats, non-finite similarities) are checked when the host knows them,
+    i.e. when :func:`run` / :func:`run_batch` are called outside ``jit``; the
+    message names the stream and the query.
     """
     config = solver.config
     lead = 2 if batched else 1
@@ -55,6 +60,11 @@ def check_stream(solver: OnlineSolver, stream: Stream, batched: bool = False) ->
         )
     one_query = jax.tree.map(lambda leaf: leaf[(0,) * lead], stream.queries)
     check_query(config, jax.eval_shape(lambda: one_query), name="stream.queries[t]")
+    # Values only when concrete (an eager call): under jit they are tracers,
+    # and checked(solver) is the traced check.
+    check_query_values(
+        config, stream.queries, ("stream", "query") if batched else ("query",)
+    )
 
 
 def start_stream(

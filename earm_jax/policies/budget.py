@@ -5,6 +5,7 @@ Written like optax schedules: validated at construction, a pure jnp body.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import jax.numpy as jnp
@@ -55,11 +56,23 @@ def stage_schedule(
 def constant_budget(budget: int) -> BudgetFn:
     """The same budget for every query (``0``: Semantic; the pool size: Full).
 
+    The schedule does not know the pool: a budget above
+    ``SolverConfig.max_budget`` is clipped to it by the solver at every query
+    (``StepInfo.budget`` reports the clipped value), and the anchors are
+    further limited to the candidates usable at that query. ``paper_policy``
+    and ``top_similarity_policy`` refuse an int budget above their
+    ``pool_size``.
+
     >>> int(constant_budget(35)(123))
     35
     """
-    if not isinstance(budget, int) or budget < 0:
+    if (
+        isinstance(budget, bool)
+        or not isinstance(budget, numbers.Integral)
+        or budget < 0
+    ):
         raise InputValueError(f"budget must be an int >= 0, got {budget!r}")
+    budget = int(budget)
 
     def schedule(count: ArrayLike) -> Array:
         return jnp.full(jnp.shape(count), budget, jnp.int32)
