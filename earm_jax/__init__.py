@@ -22,7 +22,9 @@ from earm_jax.core.compose import LogHistory as LogHistory
 from earm_jax.core.compose import LowRankModel as LowRankModel
 from earm_jax.core.compose import RowHistory as RowHistory
 from earm_jax.core.compose import compose_solver as compose_solver
+from earm_jax.core.config import InputError as InputError
 from earm_jax.core.config import InputTypeError as InputTypeError
+from earm_jax.core.config import InputValueError as InputValueError
 from earm_jax.core.config import OnlineSolver as OnlineSolver
 from earm_jax.core.config import Parameters as Parameters
 from earm_jax.core.config import SolverConfig as SolverConfig
@@ -46,7 +48,9 @@ __all__ = [
     "NOT_INSERTED",
     "SOLVERS",
     "EarmSettings",
+    "InputError",
     "InputTypeError",
+    "InputValueError",
     "LogHistory",
     "LowRankModel",
     "Observation",

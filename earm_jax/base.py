@@ -55,7 +55,9 @@ class StepInfo(NamedTuple):
       completed: the model's prediction for every candidate
         (``mu + b_m + c_t + u_m . v_t``), also where observed.
       anchors: which candidates were observed (and stored) at this query.
-      budget: the direct-scoring budget the policy allowed.
+      budget: the direct-scoring budget the policy allowed, after the clip to
+        ``[0, SolverConfig.max_budget]`` (the anchors can be fewer when fewer
+        candidates are usable).
       dropped: observations that could not be stored (row full or history at
         capacity). Zero in every normal run; reported, never hidden.
     """

@@ -28,7 +28,7 @@ from typing import Any
 
 import optax
 
-from earm_jax.core.config import SolverConfig
+from earm_jax.core.config import InputTypeError, InputValueError, SolverConfig
 from earm_jax.core.solvers import als as als_module
 from earm_jax.core.solvers import gradient as gradient_module
 from earm_jax.core.solvers import incremental as incremental_module
@@ -39,17 +39,17 @@ DEFAULT_LEARNING_RATE = SolverConfig._field_defaults["learning_rate"]
 
 def _require_positive(factory: str, name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, Real) or not value > 0:
-        raise ValueError(f"{factory}: {name} must be a number > 0, got {value!r}")
+        raise InputValueError(f"{factory}: {name} must be a number > 0, got {value!r}")
 
 
 def _require_non_negative(factory: str, name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, Real) or not value >= 0:
-        raise ValueError(f"{factory}: {name} must be a number >= 0, got {value!r}")
+        raise InputValueError(f"{factory}: {name} must be a number >= 0, got {value!r}")
 
 
 def _require_count(factory: str, name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{factory}: {name} must be an int >= 0, got {value!r}")
+        raise InputValueError(f"{factory}: {name} must be an int >= 0, got {value!r}")
 
 
 def bind(algorithm: SolverAlgorithm, **fields: Any) -> SolverAlgorithm:
@@ -62,7 +62,7 @@ def bind(algorithm: SolverAlgorithm, **fields: Any) -> SolverAlgorithm:
     """
     unknown = sorted(set(fields) - set(SolverConfig._fields))
     if unknown:
-        raise ValueError(f"not SolverConfig fields: {unknown}")
+        raise InputValueError(f"not SolverConfig fields: {unknown}")
 
     def bound(config: SolverConfig) -> SolverConfig:
         return config._replace(**fields)
@@ -162,12 +162,12 @@ def gradient(
             gradient_module.ALGORITHM, l2=l2, num_steps=steps, learning_rate=rate
         )
     if not isinstance(optimizer, optax.GradientTransformation):
-        raise ValueError(
+        raise InputTypeError(
             "gradient: optimizer must be an optax.GradientTransformation or None, "
             f"got {type(optimizer).__name__}"
         )
     if learning_rate is not None:
-        raise ValueError(
+        raise InputValueError(
             "gradient: learning_rate sets the default Adam's step size only; "
             "with a custom optimizer put the step size into the optimizer"
         )

@@ -3,13 +3,14 @@
 What is checked where:
 
 * **Shapes, dtypes and argument types** are static, so ``select``/``observe``
-  check them at trace time, under ``jit`` too (``ValueError`` /
+  check them at trace time, under ``jit`` too
+  (:class:`~earm_jax.core.config.InputValueError` /
   :class:`~earm_jax.core.config.InputTypeError` naming the field).
 * **Values** (a candidate id outside ``[0, num_memories)``, a memory listed
   twice in one pool, a non-finite similarity of a valid candidate, an
   observed score that is NaN, infinite or outside [0, 1]) are checked on the
-  host only when
-  the arrays are concrete (eager calls:
+  host only when the arrays are concrete (eager calls of ``select``,
+  ``observe``, ``step``, ``run`` and ``run_batch``:
   :func:`~earm_jax.core.config.check_query_values`,
   :func:`~earm_jax.core.config.check_observation_values`). Under ``jit``,
   ``scan`` or ``vmap`` they are tracers: the solver then sanitises instead of
@@ -19,8 +20,7 @@ What is checked where:
 :func:`checked` adds the value checks as :mod:`jax.experimental.checkify`
 checks, so a traced caller gets an error naming the field and position. They
 also cover what the host checks do not: an observation masked in at a padding
-candidate (``query.valid`` False). A repeated id is not checked under
-``jit``. Functionalise the checked functions with
+candidate (``query.valid`` False). Functionalise the checked functions with
 ``checkify.checkify`` (before or after ``jit``) and call ``err.throw()``:
 
 >>> import jax, jax.numpy as jnp
@@ -88,7 +88,8 @@ def _check(ok: Array, message: str, **values: Array) -> None:
 
 
 def check_query_ids(query: Query, num_memories: int) -> None:
-    """checkify checks: valid candidates are memory ids with finite similarity."""
+    """checkify checks: valid candidates are memory ids, each listed once, with
+    finite similarity."""
     candidates = jnp.asarray(query.candidates)
     valid = jnp.asarray(query.valid, bool)
     outside = valid & ((candidates < 0) | (candidates >= num_memories))
@@ -99,6 +100,23 @@ def check_query_ids(query: Query, num_memories: int) -> None:
         f"[0, num_memories={num_memories}) (mark padding with query.valid=False)",
         position=position,
         value=candidates[position],
+    )
+    # A repeated id: sort the usable ids (padding and ids outside the memories
+    # get distinct negative keys, so they never repeat); a stable sort keeps a
+    # repeat's first two positions adjacent and in pool order.
+    usable = valid & ~outside
+    keys = jnp.where(usable, candidates, -1 - jnp.arange(candidates.shape[-1]))
+    order = jnp.argsort(keys, stable=True)
+    ordered = keys[order]
+    repeat = ordered[1:] == ordered[:-1]
+    at = _first(repeat)
+    _check(
+        ~jnp.any(repeat),
+        "query.candidates holds memory {value} twice (positions {first} and "
+        "{second}): a pool lists each memory once",
+        value=ordered[at],
+        first=order[at].astype(jnp.int32),
+        second=order[at + 1].astype(jnp.int32),
     )
     similarity = jnp.asarray(query.similarity)
     not_finite = valid & ~jnp.isfinite(similarity)

@@ -30,7 +30,12 @@ from typing import NamedTuple
 
 from earm_jax.base import Policy
 from earm_jax.core.algorithms import incremental
-from earm_jax.core.config import InputTypeError, OnlineSolver, SolverConfig
+from earm_jax.core.config import (
+    InputTypeError,
+    InputValueError,
+    OnlineSolver,
+    SolverConfig,
+)
 from earm_jax.core.online import online_solver
 from earm_jax.core.solvers.base import SolverAlgorithm
 
@@ -125,9 +130,8 @@ def compose_solver(
       ``config`` holds the parts' values and the algorithm's arguments.
 
     Raises:
-      ValueError: naming the part and field that is wrong
-        (:class:`~earm_jax.core.config.InputTypeError` for a part of the wrong
-        type).
+      InputValueError: naming the part and field that is wrong.
+      InputTypeError: naming a part of the wrong type.
     """
     if algorithm is None:
         algorithm = incremental()
@@ -144,7 +148,7 @@ def compose_solver(
             )
     uses_log = isinstance(history, LogHistory)
     if dict(algorithm.hyperparameters).get("block_entries") and not uses_log:
-        raise ValueError(
+        raise InputValueError(
             "incremental(block_entries=...) bounds a step's entries of a "
             "LogHistory; with a RowHistory leave block_entries=0"
         )
@@ -161,8 +165,6 @@ def compose_solver(
     )
     try:
         return online_solver(config, policy, algorithm)
-    except InputTypeError:
-        raise
     except ValueError as error:
         owners = _owner_names(model, history, algorithm)
         message = re.sub(
@@ -170,7 +172,7 @@ def compose_solver(
             lambda match: owners.get(match.group(1), match.group(0)),
             str(error),
         )
-        raise ValueError(message) from None
+        raise InputValueError(message) from None
 
 
 __all__ = ["LogHistory", "LowRankModel", "RowHistory", "compose_solver"]

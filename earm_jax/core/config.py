@@ -29,6 +29,9 @@ class SolverConfig(NamedTuple):
       capacity: ``Q``, how many queries the history holds.
       pool_size: ``N``, candidates per query.
       max_budget: ``K``, the most anchors one query may store (``<= pool_size``).
+        A policy's budget above it is clipped to it at every query, not
+        refused (a schedule is a traced function of the count);
+        ``StepInfo.budget`` reports the clipped value.
       rank: ``R``, latent dimension; 0 gives the bias-only model.
       l2: ridge penalty :math:`\\lambda` on biases and factors (paper: 0.1).
       solver: ``"incremental"`` (default: block ridge solves over a bounded
@@ -182,80 +185,98 @@ class OnlineSolver(NamedTuple):
     algorithm: SolverAlgorithm | None = None
 
 
-class InputTypeError(TypeError, ValueError):
-    """An argument of the wrong type (e.g. ``select``'s arguments swapped).
+class InputError(Exception):
+    """Base of the solver API's refusals of bad input: ``except InputError``
+    catches both kinds below, and nothing that failed for another reason."""
 
-    A ``TypeError`` by kind, and a ``ValueError`` too, so that one
-    ``except ValueError`` catches every bad input of the API (numpy's
-    ``AxisError`` is both a ``ValueError`` and an ``IndexError`` likewise).
+
+class InputTypeError(InputError, TypeError):
+    """An argument that is the wrong kind of object: ``select``'s arguments
+    swapped, a ``dict`` or a Python list where a ``Query`` or an array goes, a
+    policy part that is not a function.
+
+    Only a ``TypeError``: ``except ValueError`` does not catch it (catch
+    :class:`InputError`, or ``(TypeError, ValueError)``, for every refusal).
     """
 
 
+class InputValueError(InputError, ValueError):
+    """An argument of the right kind whose contents are wrong: a shape, a
+    dtype, a config field, a candidate id outside the memories or listed twice
+    in one pool, a non-finite similarity, an observed score outside [0, 1]."""
+
+
 def validate_config(config: SolverConfig) -> None:
-    """Raises ``ValueError`` naming the first bad field of ``config``."""
+    """Raises :class:`InputValueError` naming the first bad field of ``config``."""
     for name in ("num_memories", "capacity", "pool_size", "max_budget"):
         value = getattr(config, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(
+            raise InputValueError(
                 f"SolverConfig.{name} must be a positive int, got {value!r}"
             )
     if not isinstance(config.rank, int) or config.rank < 0:
-        raise ValueError(f"SolverConfig.rank must be an int >= 0, got {config.rank!r}")
+        raise InputValueError(
+            f"SolverConfig.rank must be an int >= 0, got {config.rank!r}"
+        )
     if config.max_budget > config.pool_size:
-        raise ValueError(
+        raise InputValueError(
             f"SolverConfig.max_budget={config.max_budget} exceeds "
             f"pool_size={config.pool_size}: a row can never hold more anchors than "
             "the pool has candidates"
         )
     if not config.l2 > 0:
-        raise ValueError(f"SolverConfig.l2 must be > 0, got {config.l2!r}")
+        raise InputValueError(f"SolverConfig.l2 must be > 0, got {config.l2!r}")
     if not isinstance(config.solver, str):
-        raise ValueError(
+        raise InputValueError(
             f"SolverConfig.solver must be a registered solver name, "
             f"got {config.solver!r}"
         )
     for name in ("num_sweeps", "num_steps", "refresh_rows"):
         value = getattr(config, name)
         if not isinstance(value, int) or value < 0:
-            raise ValueError(f"SolverConfig.{name} must be an int >= 0, got {value!r}")
+            raise InputValueError(
+                f"SolverConfig.{name} must be an int >= 0, got {value!r}"
+            )
     for name in ("entry_capacity", "block_entries"):
         value = getattr(config, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"SolverConfig.{name} must be an int >= 0, got {value!r}")
+            raise InputValueError(
+                f"SolverConfig.{name} must be an int >= 0, got {value!r}"
+            )
     if config.entry_capacity and config.solver != "incremental":
-        raise ValueError(
+        raise InputValueError(
             f"SolverConfig.entry_capacity={config.entry_capacity} (the history as a "
             f"log) is supported by solver='incremental' only, got "
             f"solver={config.solver!r}; use entry_capacity=0 (rows)"
         )
     if config.entry_capacity and config.entry_capacity < config.max_budget:
-        raise ValueError(
+        raise InputValueError(
             f"SolverConfig.entry_capacity={config.entry_capacity} is smaller than "
             f"max_budget={config.max_budget}: the log must hold one full query"
         )
     if config.block_entries and not config.entry_capacity:
-        raise ValueError(
+        raise InputValueError(
             f"SolverConfig.block_entries={config.block_entries} needs the log "
             "layout (entry_capacity > 0)"
         )
     if config.block_entries and config.block_entries < 2 * config.max_budget:
-        raise ValueError(
+        raise InputValueError(
             f"SolverConfig.block_entries={config.block_entries} is below "
             f"2 * max_budget={2 * config.max_budget}: a step must fit the new row "
             "and one earlier row, or the round robin could stall"
         )
     if config.tolerance < 0:
-        raise ValueError(
+        raise InputValueError(
             f"SolverConfig.tolerance must be >= 0, got {config.tolerance!r}"
         )
     if not config.learning_rate > 0:
-        raise ValueError(
+        raise InputValueError(
             f"SolverConfig.learning_rate must be > 0, got {config.learning_rate!r}"
         )
 
 
 def check_policy(config: SolverConfig, policy: Policy) -> None:
-    """Raises ``ValueError`` when ``policy`` was built for another pool size,
+    """Raises :class:`InputValueError` when ``policy`` was built for another pool size,
     :class:`InputTypeError` when it or its parts are not what they must be."""
     if not isinstance(policy, Policy):
         raise InputTypeError(
@@ -274,7 +295,7 @@ def check_policy(config: SolverConfig, policy: Policy) -> None:
                 )
             )
     if policy.pool_size is not None and policy.pool_size != config.pool_size:
-        raise ValueError(
+        raise InputValueError(
             f"Policy.pool_size={policy.pool_size} (its budget schedule is fractions "
             f"of that pool) but SolverConfig.pool_size={config.pool_size}; build the "
             f"policy with pool_size={config.pool_size}"
@@ -320,53 +341,80 @@ def _host_values(leaf: Any) -> np.ndarray | None:
     return np.asarray(leaf)
 
 
-def check_query_values(config: SolverConfig, query: Query) -> None:
-    """Raises ``ValueError`` when a valid candidate is not a memory id, appears
-    twice in the pool, or has a NaN or infinite similarity.
+def _where(axes: tuple[str, ...], index: tuple[int, ...]) -> str:
+    """``"stream 2, query 5: "`` for the leading ``index`` named by ``axes``."""
+    if not axes:
+        return ""
+    return ", ".join(f"{axis} {i}" for axis, i in zip(axes, index, strict=True)) + ": "
+
+
+def check_query_values(
+    config: SolverConfig, query: Query, axes: tuple[str, ...] = ()
+) -> None:
+    """Raises :class:`InputValueError` when a valid candidate is not a memory
+    id, appears twice in the pool, or has a NaN or infinite similarity.
 
     A value check: it runs where the values are known on the host (eager
-    calls, or by hand before a jitted ``select``/``observe``). Under ``jit``
-    an id outside ``[0, num_memories)`` is treated as unusable (never
+    calls of ``select``, ``observe``, ``step``, :func:`~earm_jax.run` and
+    :func:`~earm_jax.run_batch`, or by hand before a jitted call). Under
+    ``jit`` an id outside ``[0, num_memories)`` is treated as unusable (never
     anchored, ``-inf`` in the scores); a repeated id or a non-finite
-    similarity is not detected there, and its results are undefined.
+    similarity is not detected there, and its results are undefined: run the
+    same checks traced with :func:`~earm_jax.checked`.
+
+    Args:
+      config: the solver's configuration.
+      query: a :class:`~earm_jax.base.Query`; its fields may carry leading
+        axes (a stream's ``[T, N]``, a batch's ``[S, T, N]``).
+      axes: names of those leading axes, e.g. ``("stream", "query")``; the
+        message starts with the failing index (``"stream 2, query 5: "``).
     """
     candidates, valid = _host_values(query.candidates), _host_values(query.valid)
     if candidates is None or valid is None:
         return
+    valid = valid.astype(bool)
     outside = valid & ((candidates < 0) | (candidates >= config.num_memories))
     if outside.any():
-        position = int(np.flatnonzero(outside)[0])
-        raise ValueError(
-            f"query.candidates[{position}]={int(candidates[position])} is not a "
-            f"memory id in [0, num_memories={config.num_memories}); mark padding "
-            "with query.valid=False"
+        *row, position = (int(i) for i in np.argwhere(outside)[0])
+        raise InputValueError(
+            f"{_where(axes, tuple(row))}query.candidates[{position}]="
+            f"{int(candidates[(*row, position)])} is not a memory id in "
+            f"[0, num_memories={config.num_memories}); mark padding with "
+            "query.valid=False"
         )
-    positions = np.flatnonzero(valid)
-    ids = candidates[positions]
-    unique, first, counts = np.unique(ids, return_index=True, return_counts=True)
-    if (counts > 1).any():
+    # Padding gets distinct negative keys, so only valid ids can repeat.
+    padding_keys = -1 - np.arange(candidates.shape[-1])
+    keys = np.where(valid, candidates, padding_keys)
+    ordered = np.sort(keys, axis=-1)
+    repeats = (ordered[..., 1:] == ordered[..., :-1]).any(axis=-1)
+    if repeats.any():
+        row = tuple(int(i) for i in np.argwhere(repeats)[0]) if repeats.ndim else ()
+        positions = np.flatnonzero(valid[row])
+        ids = candidates[row][positions]
+        unique, counts = np.unique(ids, return_counts=True)
         repeated = int(unique[counts > 1][0])
         where = positions[ids == repeated][:2].tolist()
-        raise ValueError(
-            f"query.candidates holds memory {repeated} twice (positions {where[0]} "
-            f"and {where[1]}): a pool lists each memory once"
+        raise InputValueError(
+            f"{_where(axes, row)}query.candidates holds memory {repeated} twice "
+            f"(positions {where[0]} and {where[1]}): a pool lists each memory once"
         )
     similarity = _host_values(query.similarity)
     if similarity is None:
         return
     bad = valid & ~np.isfinite(similarity)
     if bad.any():
-        position = int(np.flatnonzero(bad)[0])
-        raise ValueError(
-            f"query.similarity[{position}]={float(similarity[position])} is not "
-            "finite; every valid candidate needs a finite similarity (mark "
-            "padding with query.valid=False)"
+        *row, position = (int(i) for i in np.argwhere(bad)[0])
+        raise InputValueError(
+            f"{_where(axes, tuple(row))}query.similarity[{position}]="
+            f"{float(similarity[(*row, position)])} is not finite; every valid "
+            "candidate needs a finite similarity (mark padding with "
+            "query.valid=False)"
         )
 
 
 def check_observation_values(observation: Observation) -> None:
-    """Raises ``ValueError`` when an observed score is NaN, infinite or outside
-    [0, 1].
+    """Raises :class:`InputValueError` when an observed score is NaN, infinite
+    or outside [0, 1].
 
     Scores are refused rather than clipped: a score outside the scorer's range
     is a bug upstream, and clipping would hide it. Only entries under
@@ -381,7 +429,7 @@ def check_observation_values(observation: Observation) -> None:
     bad = ~np.isfinite(observed) | (observed < 0.0) | (observed > 1.0)
     if bad.any():
         position = int(np.flatnonzero(mask)[np.flatnonzero(bad)[0]])
-        raise ValueError(
+        raise InputValueError(
             f"observation.values[{position}]={float(values[position])!r} where "
             "observation.mask is True: an observed score must be finite and in "
             "[0, 1] (leave a failed pair out of the mask)"
@@ -389,7 +437,9 @@ def check_observation_values(observation: Observation) -> None:
 
 
 def check_query(config: SolverConfig, query: Query, name: str = "query") -> None:
-    """Raises ``ValueError`` naming the field when ``query`` has the wrong shape/dtype.
+    """Raises :class:`InputValueError` naming the field when ``query`` has the
+    wrong shape or dtype (:class:`InputTypeError` when it is not a ``Query`` or
+    a field is a Python list or tuple).
 
     Shapes and dtypes are static, so this works at trace time under ``jit``.
     """
@@ -402,7 +452,8 @@ def check_query(config: SolverConfig, query: Query, name: str = "query") -> None
 
 
 def check_observation(config: SolverConfig, observation: Observation) -> None:
-    """Raises ``ValueError`` naming the field when ``observation`` is malformed."""
+    """Raises :class:`InputValueError` naming the field when ``observation``
+    is malformed (:class:`InputTypeError` when it is not an ``Observation``)."""
     expected = {
         "values": ((config.pool_size,), jnp.floating),
         "mask": ((config.pool_size,), jnp.bool_),
@@ -435,17 +486,19 @@ def _check_fields(value: Any, expected: dict, name: str, kind: type) -> None:
         leaf_shape = jnp.shape(leaf)
         leaf_dtype = jnp.result_type(leaf)
         if leaf_shape != shape:
-            raise ValueError(
+            raise InputValueError(
                 f"{name}.{field} must have shape {shape}, got {leaf_shape}"
             )
         if not jnp.issubdtype(leaf_dtype, kind):
-            raise ValueError(
+            raise InputValueError(
                 f"{name}.{field} must have a {_kind_name(kind)} dtype, got {leaf_dtype}"
             )
 
 
 __all__ = [
+    "InputError",
     "InputTypeError",
+    "InputValueError",
     "OnlineSolver",
     "Parameters",
     "SolverConfig",

@@ -43,6 +43,7 @@ from earm_jax.base import Observation, Policy, Query, StepInfo
 from earm_jax.core import entry_log
 from earm_jax.core.config import (
     InputTypeError,
+    InputValueError,
     OnlineSolver,
     Parameters,
     SolverConfig,
@@ -139,8 +140,8 @@ def online_solver(
     """Builds the causal online solver for ``config`` and ``policy``.
 
     Args:
-      config: shapes and hyperparameters; validated here (``ValueError`` naming
-        the field).
+      config: shapes and hyperparameters; validated here
+        (:class:`~earm_jax.core.config.InputValueError` naming the field).
       policy: budget schedule and anchor sampler (e.g. :func:`paper_policy`).
       algorithm: ``None`` (default): the algorithm registered under
         ``config.solver``, reading its hyperparameters from ``config``. Or an
@@ -174,12 +175,12 @@ def online_solver(
         if insert_time is None:
             insert_time = jnp.zeros((num_memories,), jnp.int32)
         if jnp.shape(insert_time) != (num_memories,):
-            raise ValueError(
+            raise InputValueError(
                 f"insert_time must have shape ({num_memories},), "
                 f"got {jnp.shape(insert_time)}"
             )
         if not jnp.issubdtype(jnp.result_type(insert_time), jnp.integer):
-            raise ValueError(
+            raise InputValueError(
                 f"insert_time must be integer, got {jnp.result_type(insert_time)}"
             )
         params = Parameters(

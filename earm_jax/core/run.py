@@ -8,47 +8,63 @@ import jax
 import jax.numpy as jnp
 
 from earm_jax.base import StepInfo, Stream
-from earm_jax.core.config import OnlineSolver, SolverState, check_query
+from earm_jax.core.config import (
+    InputValueError,
+    OnlineSolver,
+    SolverState,
+    check_query,
+    check_query_values,
+)
 from earm_jax.types import PRNGKey
 
 
 def check_stream(solver: OnlineSolver, stream: Stream, batched: bool = False) -> None:
-    """Raises ``ValueError`` naming the field when ``stream`` does not fit ``solver``.
+    """Raises :class:`~earm_jax.core.config.InputValueError` naming the field
+    when ``stream`` does not fit ``solver``.
 
-    Shapes are static: this runs at trace time, before any state exists.
+    Shapes are static: this runs at trace time, before any state exists. The
+    queries' values (:func:`~earm_jax.core.config.check_query_values`: ids,
+    repeats, non-finite similarities) are checked when the host knows them,
+    i.e. when :func:`run` / :func:`run_batch` are called outside ``jit``; the
+    message names the stream and the query.
     """
     config = solver.config
     lead = 2 if batched else 1
     shape = jnp.shape(stream.scores)
     if len(shape) != lead + 1:
-        raise ValueError(
+        raise InputValueError(
             f"stream.scores must have {lead + 1} dims "
             f"({'S, ' if batched else ''}T, N), "
             f"got shape {shape}"
         )
     num_queries = shape[lead - 1]
     if num_queries > config.capacity:
-        raise ValueError(
+        raise InputValueError(
             f"stream has {num_queries} queries but SolverConfig.capacity="
             f"{config.capacity}: raise capacity (the history is a fixed buffer)"
         )
     if shape[-1] != config.pool_size:
-        raise ValueError(
+        raise InputValueError(
             f"stream.scores must have pool size {config.pool_size} last, "
             f"got shape {shape}"
         )
     if jnp.shape(stream.relevant) != shape:
-        raise ValueError(
+        raise InputValueError(
             f"stream.relevant must have shape {shape}, got {jnp.shape(stream.relevant)}"
         )
     expected_insert = shape[: lead - 1] + (config.num_memories,)
     if jnp.shape(stream.insert_time) != expected_insert:
-        raise ValueError(
+        raise InputValueError(
             f"stream.insert_time must have shape {expected_insert}, "
             f"got {jnp.shape(stream.insert_time)}"
         )
     one_query = jax.tree.map(lambda leaf: leaf[(0,) * lead], stream.queries)
     check_query(config, jax.eval_shape(lambda: one_query), name="stream.queries[t]")
+    # Values only when concrete (an eager call): under jit they are tracers,
+    # and checked(solver) is the traced check.
+    check_query_values(
+        config, stream.queries, ("stream", "query") if batched else ("query",)
+    )
 
 
 def start_stream(
@@ -125,7 +141,7 @@ def run_batch(
     """
     check_stream(solver, streams, batched=True)
     if jnp.shape(keys)[:1] != jnp.shape(streams.scores)[:1]:
-        raise ValueError(
+        raise InputValueError(
             f"keys must have one key per stream: shape {jnp.shape(keys)} vs "
             f"{jnp.shape(streams.scores)[0]} streams"
         )
@@ -135,7 +151,7 @@ def run_batch(
             or not isinstance(streams_per_chunk, numbers.Integral)
             or streams_per_chunk < 1
         ):
-            raise ValueError(
+            raise InputValueError(
                 "streams_per_chunk must be None or a positive int, "
                 f"got {streams_per_chunk!r}"
             )

@@ -5,11 +5,13 @@ Written like optax schedules: validated at construction, a pure jnp body.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import jax.numpy as jnp
 
 from earm_jax.base import BudgetFn
+from earm_jax.core.config import InputValueError
 from earm_jax.types import Array, ArrayLike
 
 PAPER_STAGE_RATIOS = (1.0, 0.4, 0.25, 0.2, 0.175)
@@ -32,12 +34,12 @@ def stage_schedule(
       [200, 200, 80, 50, 40, 35, 35]
     """
     if not isinstance(pool_size, int) or pool_size < 1:
-        raise ValueError(f"pool_size must be a positive int, got {pool_size!r}")
+        raise InputValueError(f"pool_size must be a positive int, got {pool_size!r}")
     if not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+        raise InputValueError(f"block_size must be a positive int, got {block_size!r}")
     ratios = [float(r) for r in stage_ratios]
     if not ratios or any(not 0.0 <= r <= 1.0 for r in ratios):
-        raise ValueError(
+        raise InputValueError(
             f"stage_ratios must be a non-empty list in [0, 1], got {stage_ratios!r}"
         )
     budgets = jnp.asarray([round(r * pool_size) for r in ratios], jnp.int32)
@@ -54,11 +56,23 @@ def stage_schedule(
 def constant_budget(budget: int) -> BudgetFn:
     """The same budget for every query (``0``: Semantic; the pool size: Full).
 
+    The schedule does not know the pool: a budget above
+    ``SolverConfig.max_budget`` is clipped to it by the solver at every query
+    (``StepInfo.budget`` reports the clipped value), and the anchors are
+    further limited to the candidates usable at that query. ``paper_policy``
+    and ``top_similarity_policy`` refuse an int budget above their
+    ``pool_size``.
+
     >>> int(constant_budget(35)(123))
     35
     """
-    if not isinstance(budget, int) or budget < 0:
-        raise ValueError(f"budget must be an int >= 0, got {budget!r}")
+    if (
+        isinstance(budget, bool)
+        or not isinstance(budget, numbers.Integral)
+        or budget < 0
+    ):
+        raise InputValueError(f"budget must be an int >= 0, got {budget!r}")
+    budget = int(budget)
 
     def schedule(count: ArrayLike) -> Array:
         return jnp.full(jnp.shape(count), budget, jnp.int32)
@@ -76,7 +90,7 @@ def scaled_schedule(schedule: BudgetFn, scale: ArrayLike, pool_size: int) -> Bud
     18
     """
     if isinstance(scale, int | float) and scale < 0:
-        raise ValueError(f"scale must be >= 0, got {scale!r}")
+        raise InputValueError(f"scale must be >= 0, got {scale!r}")
 
     def scaled(count: ArrayLike) -> Array:
         budget = jnp.round(schedule(count).astype(jnp.float32) * scale)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 from earm_jax.base import AnchorFn, BudgetFn, Policy
+from earm_jax.core.config import InputTypeError, InputValueError
 from earm_jax.policies.anchors import stratified_anchors, top_similarity_anchors
 from earm_jax.policies.budget import PAPER_STAGE_RATIOS, constant_budget, stage_schedule
 
@@ -26,10 +28,19 @@ def paper_policy(
         200/80/50/40/35 of 200).
       budget: any other schedule instead of the stage schedule (then the
         policy does not record ``pool_size``: the schedule is the caller's),
-        or an int: that many anchors every query (``constant_budget``),
-        refused above ``pool_size``. A schedule's budget is clipped per query
-        to ``[0, max_budget]`` and to the candidates usable then, so a budget
-        above the pool pays for the whole pool, as Full does.
+        or an int (a NumPy integer too): that many anchors every query,
+        converted to ``constant_budget(budget)``; an int above ``pool_size``
+        (or below 0) raises :class:`~earm_jax.core.config.InputValueError`.
+        A schedule's budget is not refused but clipped per query, by the
+        solver, to ``[0, SolverConfig.max_budget]`` (``StepInfo.budget``
+        reports the clipped value) and then to the candidates usable at that
+        query, so a schedule above the pool pays for the whole pool, as Full
+        does.
+
+    Raises:
+      InputValueError: an int ``budget`` outside ``[0, pool_size]``, or a bad
+        stage argument.
+      InputTypeError: a ``budget`` that is neither a schedule nor an int.
     """
     return _staged(
         pool_size, block_size, stage_ratios, budget, stratified_anchors(high_fraction)
@@ -58,9 +69,10 @@ def _staged(
     """``anchors`` under the stage schedule, or under ``budget`` when one is
     given (then the policy does not record ``pool_size``); an int budget is
     :func:`constant_budget` of it, refused above the pool."""
-    if isinstance(budget, int) and not isinstance(budget, bool):
+    if isinstance(budget, numbers.Integral) and not isinstance(budget, bool):
+        budget = int(budget)  # a NumPy integer too, e.g. read from an array
         if not 0 <= budget <= pool_size:
-            raise ValueError(
+            raise InputValueError(
                 f"budget must be in [0, pool_size={pool_size}], got {budget} (a "
                 "query never pays for more than its pool)"
             )
@@ -69,7 +81,7 @@ def _staged(
         )
     if budget is not None:
         if not callable(budget):
-            raise TypeError(
+            raise InputTypeError(
                 f"budget must be a schedule (count -> int32[]) or an int, got "
                 f"{type(budget).__name__} {budget!r}"
             )

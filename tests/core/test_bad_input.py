@@ -7,9 +7,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from planted import config_for, planted_stream, stack_streams
 
 import earm_jax as ej
-from earm_jax.core.config import InputTypeError, check_observation_values
+from earm_jax.core.config import (
+    InputTypeError,
+    InputValueError,
+    check_observation_values,
+)
 
 POOL = 8
 
@@ -118,8 +125,22 @@ def test_swapped_select_arguments_raise_a_type_error_naming_the_argument(jit):
         TypeError, match=r"select: state must be an earm_jax\.SolverState"
     ):
         select(jax.random.key(1), _query(), state)
-    # Also a ValueError: one ``except ValueError`` catches every bad input.
-    assert issubclass(InputTypeError, ValueError)
+
+
+def test_a_wrong_type_and_a_wrong_value_are_different_exceptions():
+    solver, state = _solver()
+    with pytest.raises(InputTypeError) as wrong_type:
+        solver.select(state, jax.random.key(1), _query())
+    ids = np.arange(POOL)
+    ids[3] = 30
+    with pytest.raises(InputValueError) as wrong_value:
+        solver.select(jax.random.key(1), state, _query(ids))
+    # One kind each: ``except ValueError`` no longer catches a swapped argument.
+    assert not isinstance(wrong_type.value, ValueError)
+    assert not isinstance(wrong_value.value, TypeError)
+    # Both are refusals of input: one ``except ej.InputError`` catches them.
+    assert isinstance(wrong_type.value, ej.InputError)
+    assert isinstance(wrong_value.value, ej.InputError)
 
 
 def test_swapped_observe_arguments_raise_naming_the_argument():
@@ -196,3 +217,88 @@ def test_an_int_budget_is_a_constant_budget_and_refused_above_the_pool():
             ),
             ej.Policy(budget=10, anchors=policy.anchors),
         )
+
+
+@settings(max_examples=25, deadline=None)
+@given(pair=st.lists(st.integers(0, POOL - 1), min_size=2, max_size=2, unique=True))
+def test_a_memory_twice_anywhere_in_the_pool_is_refused_before_select(pair):
+    first, second = sorted(pair)
+    solver, state = _solver()
+    ids = np.arange(POOL)
+    ids[second] = ids[first]
+    with pytest.raises(
+        InputValueError,
+        match=rf"memory {first} twice \(positions {first} and {second}\)",
+    ):
+        solver.step(jax.random.key(1), state, _query(ids), np.full(POOL, 0.5))
+
+
+def _stream(num_queries=3):
+    stream, _ = planted_stream(4, num_memories=30, num_queries=num_queries)
+    return stream, ej.online_solver(
+        config_for(stream), ej.paper_policy(pool_size=stream.scores.shape[1])
+    )
+
+
+def _spoil(stream, field, t, position, value):
+    leaf = np.asarray(getattr(stream.queries, field)).copy()
+    leaf[(..., t, position)] = value
+    return stream._replace(queries=stream.queries._replace(**{field: leaf}))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_an_eager_run_refuses_a_non_finite_similarity_naming_the_query(bad):
+    stream, solver = _stream()
+    spoiled = _spoil(stream, "similarity", 2, 5, bad)
+    with pytest.raises(
+        InputValueError, match=r"^query 2: query\.similarity\[5\]=.* not finite"
+    ):
+        ej.run(solver, jax.random.key(0), spoiled)
+
+
+def test_an_eager_run_batch_refuses_a_repeat_naming_the_stream_and_query():
+    stream, solver = _stream()
+    other = _spoil(
+        stream, "candidates", 1, 7, np.asarray(stream.queries.candidates)[1, 3]
+    )
+    streams = stack_streams([stream, other])
+    with pytest.raises(
+        InputValueError,
+        match=r"^stream 1, query 1: query\.candidates holds memory \d+ twice "
+        r"\(positions 3 and 7\)",
+    ):
+        ej.run_batch(solver, jax.random.split(jax.random.key(0), 2), streams)
+    # Under jit the values are tracers: the host check stands aside
+    # (checked() is the traced check).
+    jax.jit(lambda keys, s: ej.run_batch(solver, keys, s))(
+        jax.random.split(jax.random.key(0), 2), streams
+    )
+
+
+def test_a_numpy_integer_budget_is_a_constant_budget_too():
+    policy = ej.paper_policy(pool_size=POOL, budget=np.int64(3))
+    assert int(policy.budget(0)) == int(policy.budget(500)) == 3
+    assert int(ej.policies.constant_budget(np.int32(4))(7)) == 4
+    with pytest.raises(InputValueError, match=r"budget must be in \[0, pool_size=8\]"):
+        ej.paper_policy(pool_size=POOL, budget=np.int64(POOL + 1))
+    with pytest.raises(InputValueError, match="budget must be an int >= 0"):
+        ej.policies.constant_budget(True)
+
+
+def test_a_schedule_above_the_pool_is_clipped_to_max_budget_and_reported():
+    # A schedule (unlike an int budget) is not refused: the solver clips it to
+    # max_budget at every query, StepInfo.budget says so, and the anchors are
+    # further limited to the usable candidates.
+    config = ej.SolverConfig(
+        num_memories=30, capacity=4, pool_size=POOL, max_budget=5, rank=2
+    )
+    policy = ej.paper_policy(pool_size=POOL, budget=ej.policies.constant_budget(50))
+    solver = ej.online_solver(config, policy)
+    state = solver.init(jax.random.key(0))
+    _, info = solver.step(jax.random.key(1), state, _query(), np.full(POOL, 0.5))
+    assert int(info.budget) == 5
+    assert int(info.anchors.sum()) == 5
+    few = _query()._replace(valid=jnp.arange(POOL) < 3)
+    _, info = solver.step(jax.random.key(1), state, few, np.full(POOL, 0.5))
+    assert int(info.budget) == 5
+    assert int(info.anchors.sum()) == 3

@@ -9,6 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jax.experimental import checkify
 from planted import config_for, planted_stream
 
@@ -165,3 +167,42 @@ def test_outside_a_vmap_over_streams_the_message_names_no_stream():
     query = query._replace(candidates=query.candidates.at[4].set(99))
     error, _ = select(jax.random.key(0), solver.init(jax.random.key(0)), query)
     assert _error_message(error).startswith("query.candidates[4]=99")
+
+
+@settings(max_examples=25, deadline=None)
+@given(pair=st.lists(st.integers(0, POOL - 1), min_size=2, max_size=2, unique=True))
+def test_select_names_a_memory_listed_twice_under_jit(pair):
+    first, second = sorted(pair)
+    stream, solver, _, select, _ = _setup()
+    query = _query(stream)._replace(valid=jnp.ones(POOL, bool))
+    repeated = query.candidates[first]
+    query = query._replace(candidates=query.candidates.at[second].set(repeated))
+    state = solver.init(jax.random.key(0))
+    error, _ = select(jax.random.key(0), state, query)
+    assert _error_message(error).startswith(
+        f"query.candidates holds memory {int(repeated)} twice (positions {first} "
+        f"and {second}): a pool lists each memory once"
+    )
+    # At padding a repeat is no memory: allowed, as on the host.
+    padded = query._replace(valid=query.valid.at[second].set(False))
+    error, _ = select(jax.random.key(0), state, padded)
+    assert error.get() is None
+
+
+def test_a_repeat_under_a_vmap_over_streams_names_the_stream():
+    stream, solver, checked, _, _ = _setup()
+    streams = jax.tree.map(lambda leaf: jnp.stack([leaf] * STREAMS), stream)
+    candidates = streams.queries.candidates
+    candidates = candidates.at[1, 2, 6].set(candidates[1, 2, 0])
+    queries = jax.tree.map(
+        lambda leaf: leaf[:, 2], streams.queries._replace(candidates=candidates)
+    )
+    queries = queries._replace(valid=jnp.ones_like(queries.valid))
+    keys = jax.random.split(jax.random.key(0), STREAMS)
+    select = jax.vmap(checked.select, axis_name=ej.STREAM_AXIS)
+    states = jax.vmap(solver.init)(keys)
+    error, _ = checkify.checkify(jax.jit(select))(keys, states, queries)
+    assert _error_message(error).startswith(
+        f"stream 1: query.candidates holds memory {int(candidates[1, 2, 0])} "
+        "twice (positions 0 and 6)"
+    )

@@ -133,13 +133,17 @@ def test_a_factorys_arguments_replace_the_config_fields_it_binds():
         (lambda: ej.incremental(refresh_rows=1.5), "incremental: refresh_rows"),
         (lambda: ej.gradient(steps=-2), "gradient: steps"),
         (lambda: ej.gradient(learning_rate=0.0), "gradient: learning_rate"),
-        (lambda: ej.gradient("adam"), "gradient: optimizer"),
         (lambda: ej.gradient(optax.sgd(0.1), learning_rate=0.1), "learning_rate"),
     ],
 )
 def test_factories_refuse_bad_arguments_naming_them(build, message):
     with pytest.raises(ValueError, match=message):
         build()
+
+
+def test_an_optimizer_that_is_not_one_is_a_type_error():
+    with pytest.raises(ej.InputTypeError, match="gradient: optimizer"):
+        ej.gradient("adam")
 
 
 @pytest.mark.parametrize(
@@ -154,11 +158,6 @@ def test_factories_refuse_bad_arguments_naming_them(build, message):
         (dict(history=ej.RowHistory(capacity=8, pool_size=10)), "RowHistory.pool_size"),
         (dict(algorithm=ej.incremental(block_entries=2 * POOL)), "LogHistory"),
         (dict(history=ej.LogHistory(8, POOL, entry_capacity=100)), "LogHistory"),
-        (
-            dict(model=ej.SolverConfig(60, 8, POOL, POOL)),
-            "model must be a LowRankModel",
-        ),
-        (dict(algorithm="als"), "algorithm must be a SolverAlgorithm"),
     ],
 )
 def test_compose_names_the_part_that_is_wrong(parts, message):
@@ -171,3 +170,27 @@ def test_compose_names_the_part_that_is_wrong(parts, message):
     arguments.update(parts)
     with pytest.raises(ValueError, match=message):
         ej.compose_solver(**arguments)
+
+
+@pytest.mark.parametrize(
+    "parts, message",
+    [
+        (
+            dict(model=ej.SolverConfig(60, 8, POOL, POOL)),
+            "model must be a LowRankModel",
+        ),
+        (dict(algorithm="als"), "algorithm must be a SolverAlgorithm"),
+    ],
+)
+def test_compose_names_a_part_of_the_wrong_type(parts, message):
+    arguments = dict(
+        model=ej.LowRankModel(num_memories=60, rank=2),
+        history=ej.RowHistory(capacity=8, pool_size=POOL),
+        algorithm=ej.gradient(),
+        policy=ej.paper_policy(pool_size=POOL),
+    )
+    arguments.update(parts)
+    # A TypeError only: a wrong kind of part is not a wrong value.
+    with pytest.raises(ej.InputTypeError, match=message) as raised:
+        ej.compose_solver(**arguments)
+    assert not isinstance(raised.value, ValueError)

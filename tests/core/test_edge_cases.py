@@ -217,10 +217,10 @@ def test_a_query_of_the_wrong_type_names_the_type_it_must_be():
     state = solver.init(jax.random.key(0))
     query = jax.tree.map(lambda leaf: leaf[0], stream.queries)
     as_dict = query._asdict()
-    with pytest.raises(ValueError, match=r"query must be an earm_jax\.Query, got dict"):
+    with pytest.raises(TypeError, match=r"query must be an earm_jax\.Query, got dict"):
         solver.select(jax.random.key(0), state, as_dict)
     with pytest.raises(
-        ValueError, match=r"observation must be an earm_jax\.Observation, got tuple"
+        TypeError, match=r"observation must be an earm_jax\.Observation, got tuple"
     ):
         solver.observe(state, query, (jnp.zeros(20), jnp.zeros(20, bool)))
 

@@ -6,6 +6,7 @@ Adding a solver: write ``earm_jax/core/solvers/<name>.py`` exposing
 
 from __future__ import annotations
 
+from earm_jax.core.config import InputValueError
 from earm_jax.core.solvers import als, gradient, incremental
 from earm_jax.core.solvers.base import SolverAlgorithm as SolverAlgorithm
 
@@ -17,11 +18,12 @@ SOLVERS: dict[str, SolverAlgorithm] = {
 
 
 def get_solver(name: str) -> SolverAlgorithm:
-    """The registered algorithm called ``name`` (``ValueError`` naming the choices)."""
+    """The registered algorithm called ``name``
+    (:class:`~earm_jax.core.config.InputValueError` naming the choices)."""
     try:
         return SOLVERS[name]
     except (KeyError, TypeError):
-        raise ValueError(
+        raise InputValueError(
             f"SolverConfig.solver must be one of {tuple(SOLVERS)}, got {name!r}"
         ) from None
 
