@@ -16,11 +16,9 @@ from filelock import FileLock
 # ranks must be written out (an implicit rank promotion raises).
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
-# ``EARM_TEST_STRICT_DTYPES=1`` also makes every implicit dtype promotion raise
-# (``jax_numpy_dtype_promotion="strict"``, as equinox's tests): a float64
-# scalar or an int array meeting a float32 one must be cast by hand. Processes
-# a test starts inherit it through JAX's own variable. ``scripts/test`` runs
-# the core and policy tests once this way.
+# The core and policy tests always run with strict dtype promotion (a fixture
+# below); ``EARM_TEST_STRICT_DTYPES=1`` makes every test do so (processes a
+# test starts inherit it through JAX's own variable).
 if os.environ.get("EARM_TEST_STRICT_DTYPES") == "1":
     os.environ["JAX_NUMPY_DTYPE_PROMOTION"] = "strict"
     jax.config.update("jax_numpy_dtype_promotion", "strict")
@@ -56,9 +54,9 @@ def _bounded_executable_mappings():
 # inherited by the workers and every process a test starts). The passes do
 # not change what a program computes beyond float rounding, which every
 # tolerance covers; the tests that read the optimized program itself are
-# marked ``xla_optimized`` and compile with them on. ``EARM_TEST_OPTIMIZED=1``
-# runs the whole suite optimized, as users run it (``scripts/test`` runs the
-# core tests once this way).
+# marked ``xla_optimized`` and compile with them on, and so does every test of
+# the core (``tests/core``), so that the solver is tested as users compile it.
+# ``EARM_TEST_OPTIMIZED=1`` runs the whole suite optimized.
 DISABLE_OPTIMIZATIONS = "JAX_DISABLE_MOST_OPTIMIZATIONS"
 
 
@@ -130,6 +128,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if Path(str(item.path)).parent.name == "retriever":
             item.add_marker(pytest.mark.slow)
+        if _in_folder(item, "core"):
+            item.add_marker(pytest.mark.xla_optimized)
         if item.get_closest_marker("vllm") is not None:
             item.add_marker(pytest.mark.xdist_group("vllm-servers"))
     items.sort(key=_minutes_long_first)
@@ -138,9 +138,31 @@ def pytest_collection_modifyitems(config, items):
 def _minutes_long_first(item) -> int:
     if item.get_closest_marker("vllm") is not None:
         return 0
+    if item.get_closest_marker("claims") is not None:
+        return 1
     if Path(str(item.path)).name == "test_notebooks.py":
         return 1
     return 2
+
+
+def _in_folder(item, name: str) -> bool:
+    return Path(str(item.path)).relative_to(Path(__file__).parent).parts[0] == name
+
+
+STRICT_FOLDERS = ("core", "policies")
+
+
+@pytest.fixture(autouse=True)
+def _strict_dtypes_in_the_core(request):
+    """The core and the policies run every test with strict dtype promotion
+    (a float64 scalar or an int array meeting a float32 one raises unless cast
+    by hand), as equinox's tests do: library code users trace under their
+    own settings must not depend on the standard promotion lattice."""
+    if not any(_in_folder(request.node, name) for name in STRICT_FOLDERS):
+        yield
+        return
+    with jax.numpy_dtype_promotion("strict"):
+        yield
 
 
 def shared_tmp_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:

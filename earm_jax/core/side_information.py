@@ -276,10 +276,10 @@ def side_information(l2: float = 1.0, memory_l2: float = 2.0) -> SideInformation
         state: SideInformationState, base: Array, observation: Observation
     ) -> Array:
         anchored = jnp.asarray(observation.mask, bool)
-        count = jnp.sum(anchored)
+        count = jnp.sum(anchored, dtype=jnp.float32)
         values = jnp.asarray(observation.values, jnp.float32)
         anchored_mean = jnp.sum(jnp.where(anchored, values - base, 0.0)) / jnp.maximum(
-            count, 1
+            count, 1.0
         )
         prior = state.offset_sum / jnp.maximum(state.count, 1).astype(jnp.float32)
         return jnp.where(count > 0, anchored_mean, prior)

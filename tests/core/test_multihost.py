@@ -55,6 +55,10 @@ def _last_json_line(text: str) -> dict:
 def _launch(tmp_path: Path) -> list[tuple[subprocess.Popen, Path, Path]]:
     coordinator = f"127.0.0.1:{_free_port()}"
     env = dict(os.environ, JAX_PLATFORMS="cpu")
+    # The processes compile as this one does (the reference is compared bit
+    # for bit): with XLA's optimizations on unless this process has them off.
+    if not jax.config.read("jax_disable_most_optimizations"):
+        env.pop("JAX_DISABLE_MOST_OPTIMIZATIONS", None)
     launched = []
     for process_id in range(PROCESSES):
         stdout = tmp_path / f"process{process_id}.out"
