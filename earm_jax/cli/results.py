@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from earm_jax.cli.errors import UserError, user_errors
+from earm_jax.jobs.rerun import RerunError, rerun_json, table_differences
 from earm_jax.jobs.results_tables import (
     TABLE_LIST,
     marked_tables,
     page_diff,
+    provenance,
     read_table_list,
     regenerate,
     source_folders,
@@ -60,6 +63,29 @@ def results(
             help="Change nothing; print a diff and exit 1 where a table is stale.",
         ),
     ] = False,
+    verify: Annotated[
+        str | None,
+        typer.Option(
+            "--verify",
+            help="Change nothing; rerun the command each source JSON of this "
+            "table recorded and exit 1 where a number it shows moved.",
+        ),
+    ] = None,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--source",
+            help="With --verify: rerun only this source JSON (repeatable).",
+        ),
+    ] = None,
+    tolerance: Annotated[
+        float,
+        typer.Option(
+            "--tolerance",
+            help="With --verify: the largest difference that still agrees.",
+            min=0.0,
+        ),
+    ] = 0.002,
 ) -> None:
     """Rewrite the generated results tables of the pages from the result JSONs.
 
@@ -80,6 +106,9 @@ def results(
     ):
         tables = read_table_list(table_payload)
         folders = [results_folder, *source_folders(table_payload, results_folder)]
+    if verify is not None:
+        _verify(verify, tables, folders, only or [], tolerance)
+        return
     texts = {str(page): _read_page(page) for page in pages}
     shown = {name for text in texts.values() for name in marked_tables(text)}
     sources = {
@@ -110,6 +139,50 @@ def results(
         typer.echo(f"wrote {page}: {', '.join(names)}")
     if not stale:
         typer.echo(f"{len(shown)} tables already match the result JSONs")
+
+
+def _verify(
+    name: str,
+    tables: dict,
+    folders: list[Path],
+    only: list[str],
+    tolerance: float,
+) -> None:
+    """Reruns the table's sources into a temporary folder and compares every
+    number the table shows; exits 1 naming each that moved."""
+    if name not in tables:
+        raise UserError(
+            f"no table {name!r} in {TABLE_LIST}",
+            "pass a table name the pages mark (`<!-- results:NAME -->`)",
+        )
+    spec = tables[name]
+    sources = spec.sources()
+    unknown = [source for source in only if source not in sources]
+    if unknown:
+        raise UserError(
+            f"table {name!r} does not read {unknown}", f"pass one of {sources}"
+        )
+    committed = {
+        source: _read_json(_find(source, folders), f"commit {source}")
+        for source in sources
+    }
+    rerun: dict[str, dict] = {}
+    for source in only or sources:
+        command = provenance(committed[source]).command
+        typer.echo(f"rerunning {source}: {command}")
+        with tempfile.TemporaryDirectory() as folder:
+            with user_errors(f"rerun {source}'s command by hand", RerunError):
+                rerun[source] = rerun_json(command, Path(folder))
+    with user_errors(f"fix {TABLE_LIST} or the rerun JSON", KeyError):
+        moved = table_differences(spec, committed, rerun, tolerance=tolerance)
+    for difference in moved:
+        typer.echo(difference.line())
+    if moved:
+        typer.echo(f"{len(moved)} numbers moved by more than {tolerance}")
+        raise typer.Exit(1)
+    typer.echo(
+        f"{name}: every number from {len(rerun)} rerun JSONs agrees within {tolerance}"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -273,18 +273,31 @@ def _value(payload: Any, value: Value, fields: Mapping[str, str]) -> Any:
     return numerator / denominator
 
 
-def _cell(column: Column, row: Mapping[str, Any], payload: Any) -> str:
+def _template(column: Column, row: Mapping[str, Any]) -> str:
+    default = column.format if column.format is not None else row["format"]
+    return row.get("formats", {}).get(column.header, default)
+
+
+def cell_values(column: Column, row: Mapping[str, Any], payload: Any) -> list[Any]:
+    """The values a cell reads from its JSON, in order (``None`` where its
+    format does not show a value, which is then not read).
+
+    Raises:
+        KeyError: a path the cell reads is not in ``payload``.
+    """
     fields = {key: value for key, value in row.items() if isinstance(value, str)}
-    own = column.format is not None
-    paths = column.values if own else tuple(row.get("values", ()))
-    default = column.format if own else row["format"]
-    template = row.get("formats", {}).get(column.header, default)
-    used = _used(template, len(paths))
-    values = [
+    paths = column.values if column.format is not None else tuple(row.get("values", ()))
+    used = _used(_template(column, row), len(paths))
+    return [
         _value(payload, path, fields) if number in used else None
         for number, path in enumerate(paths)
     ]
-    return _FORMATTER.format(template, *values, **fields)
+
+
+def _cell(column: Column, row: Mapping[str, Any], payload: Any) -> str:
+    fields = {key: value for key, value in row.items() if isinstance(value, str)}
+    values = cell_values(column, row, payload)
+    return _FORMATTER.format(_template(column, row), *values, **fields)
 
 
 def _meta(payload: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -442,6 +455,7 @@ __all__ = [
     "Column",
     "Provenance",
     "TableSpec",
+    "cell_values",
     "lookup",
     "marked_tables",
     "page_diff",

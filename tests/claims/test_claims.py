@@ -1,0 +1,174 @@
+"""The claims tier (``pytest -m claims``): rerun the command behind each
+headline claim of the docs and check what the docs say of it.
+
+Each claim names a committed result JSON. Its recorded command is rerun
+whole, at the committed size, into a temporary file, with XLA's
+optimizations on as a user runs it. Two things are asserted of the rerun:
+
+- **agreement**: each policy's headline metric within ``TOLERANCE`` of the
+  committed JSON (the failure names the JSON, the policy and both numbers), so
+  a change to the code behind a claim cannot leave the suite green;
+- **orderings**: each ordering the docs state, read from the rerun's own
+  paired 95% CI over questions (or streams), which must exclude 0 on the
+  stated side. Orderings whose committed CI crosses 0 are not claimed here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from earm_jax.jobs.rerun import rerun_json
+from earm_jax.jobs.results_tables import provenance
+
+REPO = Path(__file__).resolve().parents[2]
+TOLERANCE = 0.002
+
+pytestmark = [pytest.mark.claims, pytest.mark.slow]
+
+
+class Claim(NamedTuple):
+    """A committed result JSON, its headline metric and the orderings the
+    docs state for it, as (higher policy, lower policy)."""
+
+    source: str
+    metric: str
+    orderings: tuple[tuple[str, str], ...]
+    ordering_metric: str = ""
+
+    @property
+    def compared_metric(self) -> str:
+        return self.ordering_metric or self.metric
+
+
+CLAIMS = {
+    # README headline: LoCoMo turns, evidence stand-in at noise 0.1.
+    "locomo-headline": Claim(
+        "benchmarks/results/conversations_best_turns_noise01.json",
+        "recall@10",
+        (
+            ("full", "best"),
+            ("best", "top_similarity"),
+            ("top_similarity", "mixed"),
+            ("mixed", "semantic"),
+        ),
+    ),
+    # The simulator's default run: completion beats observed + backfill.
+    "simulate-default": Claim(
+        "benchmarks/results/simulate_default.json",
+        "hit@10",
+        (("mixed", "observed_backfill"), ("mixed", "semantic")),
+    ),
+    # Side information with planted features: mixed_side over Bias-only.
+    "side-information-simulate": Claim(
+        "experiments/results/side_information_simulate.json",
+        "recall@10",
+        (("mixed_side", "bias_only"), ("best", "semantic")),
+    ),
+}
+
+
+def _rerun_env() -> dict[str, str]:
+    """The test run's environment, with XLA's optimizations back on: the
+    committed numbers were made the way users run."""
+    env = dict(os.environ)
+    env.pop("JAX_DISABLE_MOST_OPTIMIZATIONS", None)
+    return env
+
+
+def _rerun(source: str, tmp_path: Path, cache: Path, data: Path) -> tuple[dict, dict]:
+    committed = json.loads((REPO / source).read_text(encoding="utf-8"))
+    env = _rerun_env()
+    env["EARM_CACHE_DIR"] = str(cache)
+    fresh = rerun_json(
+        provenance(committed).command,
+        tmp_path,
+        root=REPO,
+        env=env,
+        replace={"--data": str(data)},
+    )
+    return committed, fresh
+
+
+def _contrast(payload: dict, higher: str, lower: str, metric: str) -> list[float]:
+    """The paired CI of ``higher`` − ``lower`` (from either contrast's sign)."""
+    contrasts = payload["contrasts"]
+    if f"{higher}-{lower}" in contrasts:
+        return list(contrasts[f"{higher}-{lower}"][metric]["ci"])
+    if f"{lower}-{higher}" in contrasts:
+        low, high = contrasts[f"{lower}-{higher}"][metric]["ci"]
+        return [-high, -low]
+    pytest.fail(f"no contrast {higher}-{lower} in the rerun JSON")
+
+
+def disagreements(claim: Claim, committed: dict, fresh: dict) -> list[str]:
+    lines = []
+    for policy, result in committed["results"].items():
+        before = result[claim.metric]["mean"]
+        after = fresh["results"].get(policy, {}).get(claim.metric, {}).get("mean")
+        if after is None or abs(after - before) > TOLERANCE:
+            lines.append(
+                f"{claim.source}: {policy} {claim.metric} committed {before:.4f}, "
+                f"rerun {after}"
+            )
+    return lines
+
+
+def broken_orderings(claim: Claim, fresh: dict) -> list[str]:
+    lines = []
+    metric = claim.compared_metric
+    for higher, lower in claim.orderings:
+        if higher == "full" or lower == "full":
+            # Full has no paired contrast with every policy: its lead must be
+            # at least ten times the agreement tolerance.
+            gap = (
+                fresh["results"][higher][metric]["mean"]
+                - fresh["results"][lower][metric]["mean"]
+            )
+            if gap < 10 * TOLERANCE:
+                lines.append(f"{claim.source}: {higher} − {lower} {metric} {gap:+.4f}")
+            continue
+        low, high = _contrast(fresh, higher, lower, metric)
+        if low <= 0.0:
+            lines.append(
+                f"{claim.source}: {higher} > {lower} in {metric} no longer holds: "
+                f"95% CI [{low:+.4f}, {high:+.4f}]"
+            )
+    return lines
+
+
+@pytest.mark.parametrize("name", sorted(CLAIMS))
+def test_claim_reruns_and_holds(name, tmp_path, embedding_cache_dir, locomo_path):
+    claim = CLAIMS[name]
+    committed, fresh = _rerun(claim.source, tmp_path, embedding_cache_dir, locomo_path)
+    problems = disagreements(claim, committed, fresh) + broken_orderings(claim, fresh)
+    assert not problems, f"claim {name!r}:\n" + "\n".join(problems)
+
+
+def test_the_incremental_solver_stays_within_a_hundredth_of_als(
+    tmp_path, embedding_cache_dir, locomo_path
+):
+    """docs/performance.md: the incremental solver's Recall@10 on LoCoMo is
+    within 0.01 of ALS's (paired CI over questions inside ±0.01)."""
+    source = "benchmarks/results/quality_incremental_conversations_divide.json"
+    committed, fresh = _rerun(source, tmp_path, embedding_cache_dir, locomo_path)
+    problems = []
+    for metric in ("recall@10", "ndcg@10", "mrr"):
+        before = committed["mixed"][metric]["incremental-als"]["mean"]
+        after = fresh["mixed"][metric]["incremental-als"]
+        if abs(after["mean"] - before) > TOLERANCE:
+            problems.append(
+                f"{source}: incremental − ALS {metric} committed {before:+.4f}, "
+                f"rerun {after['mean']:+.4f}"
+            )
+        low, high = after["ci"]
+        if not (-0.01 < low and high < 0.01):
+            problems.append(
+                f"{source}: incremental − ALS {metric} 95% CI [{low:+.4f}, "
+                f"{high:+.4f}] leaves ±0.01"
+            )
+    assert not problems, "\n".join(problems)
