@@ -298,6 +298,11 @@ def average_over_seeds(runs: Sequence[PerQuery]) -> PerQuery:
     return dataclasses.replace(first, metrics=metrics)
 
 
+SCORING_CHUNK = 16
+"""Questions per scorer batch when scoring whole conversations (a length-sorted
+batch of 16 x 200 pairs keeps the cross-encoder's batches full)."""
+
+
 def scorer_scores(
     stream: LocomoStream, scorer: Scorer, on_query: Callable[[int], Any] | None = None
 ) -> tuple[np.ndarray, dict[str, int]]:
@@ -324,15 +329,19 @@ def scorer_scores(
                 (query, [memories[m] for m in arrays.candidates[t, positions]]),
             )
         )
-    answers = scorer.score_many([request for _, _, request in requests])
-    for (t, positions, _), row in zip(requests, answers, strict=True):
-        for position, answer in zip(positions, row, strict=True):
-            if answer.ok:
-                scores[t, position] = answer.value
-            else:
-                failures[answer.reason] = failures.get(answer.reason, 0) + 1
-        if on_query is not None:
-            on_query(t)
+    # In chunks of questions: a caching scorer stores each chunk as it is
+    # answered, so a stopped hour-long scoring run resumes where it stopped.
+    for start in range(0, len(requests), SCORING_CHUNK):
+        chunk = requests[start : start + SCORING_CHUNK]
+        answers = scorer.score_many([request for _, _, request in chunk])
+        for (t, positions, _), row in zip(chunk, answers, strict=True):
+            for position, answer in zip(positions, row, strict=True):
+                if answer.ok:
+                    scores[t, position] = answer.value
+                else:
+                    failures[answer.reason] = failures.get(answer.reason, 0) + 1
+            if on_query is not None:
+                on_query(t)
     return scores, failures
 
 

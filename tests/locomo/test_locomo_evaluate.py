@@ -127,3 +127,48 @@ def test_earm_locomo_writes_the_documented_json(
     assert payload["per_conversation"]["30"]["count"] > 0
     assert any(f["kind"] for f in payload["data_faults"])
     assert png.stat().st_size > 10_000
+
+
+def test_scoring_a_conversation_stores_each_chunk_as_it_is_answered(tmp_path):
+    """A scoring run stopped part way keeps what it was paid for: the score
+    cache holds every chunk of questions answered before the stop, so a
+    resumed run pays only for the rest."""
+    from types import SimpleNamespace
+
+    from earm_jax.locomo.evaluate import SCORING_CHUNK, scorer_scores
+    from earm_jax.scoring.base import PairScore, ScorerIdentity
+    from earm_jax.scoring.cache import CachedScorer, ScoreCache
+
+    num_queries, pool = 2 * SCORING_CHUNK + 3, 4
+
+    class StopsOnTheThirdBatch:
+        identity = ScorerIdentity(kind="test-stops", prompt_version="1")
+        batches = 0
+
+        def score_many(self, requests):
+            self.batches += 1
+            if self.batches == 3:
+                raise KeyboardInterrupt
+            return [[PairScore.success(0.5) for _ in m] for _, m in requests]
+
+    stream = SimpleNamespace(
+        arrays=SimpleNamespace(
+            valid=np.ones((num_queries, pool), bool),
+            candidates=np.tile(np.arange(pool), (num_queries, 1)),
+            scores=np.zeros((num_queries, pool), np.float32),
+        ),
+        meta=SimpleNamespace(
+            query_texts=tuple(f"question {t}" for t in range(num_queries)),
+            memory_texts=tuple(f"memory {m}" for m in range(pool)),
+        ),
+    )
+    cache = ScoreCache(tmp_path / "scores.sqlite")
+    scorer = StopsOnTheThirdBatch()
+    with pytest.raises(KeyboardInterrupt):
+        scorer_scores(stream, CachedScorer(scorer, cache))
+    stored = [
+        cache.get_many(scorer.identity, f"question {t}", stream.meta.memory_texts)
+        for t in range(num_queries)
+    ]
+    answered = [all(v is not None for v in row) for row in stored]
+    assert answered == [True] * (2 * SCORING_CHUNK) + [False] * 3
