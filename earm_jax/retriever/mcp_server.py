@@ -32,6 +32,7 @@ Install with ``pip install earm_jax[mcp]``.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
@@ -174,7 +175,9 @@ def build_server(
             FolderLockedError,
         ) as error:
             raise ToolError(_one_line(error)) from error
-        except OSError as error:
+        except (OSError, sqlite3.Error) as error:
+            # A full disk (DiskFullError names the folder and its free bytes)
+            # or another storage fault: one line, and the server keeps serving.
             raise ToolError(f"storage: {_one_line(error)}") from error
 
     auth = None

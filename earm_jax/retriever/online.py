@@ -84,6 +84,7 @@ from earm_jax.store.journal import (
     Journal,
     lost_journal,
 )
+from earm_jax.store.journal_format import FOLDER_MODE, disk_full, is_disk_full
 from earm_jax.store.lock import FolderLock
 
 
@@ -146,7 +147,12 @@ class OnlineRetriever(
         self.directory = Path(directory)
         if self.directory.exists() and not self.directory.is_dir():
             raise ValueError(f"{self.directory} exists and is not a folder")
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)
+        except OSError as error:
+            raise disk_full(
+                self.directory.parent, error, "the folder was not created"
+            ) from error
         lost = lost_journal(self.directory)
         if lost is not None:
             raise CorruptFolderError(lost)
@@ -164,6 +170,8 @@ class OnlineRetriever(
             self._open(scorer, embedder, config)
         except sqlite3.DatabaseError as error:
             self._release()
+            if is_disk_full(error):
+                raise disk_full(self.directory, error, "nothing was opened") from error
             raise CorruptFolderError(
                 f"{self.directory / JOURNAL_NAME}: SQLite cannot read it ({error})"
             ) from error
