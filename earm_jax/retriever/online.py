@@ -267,20 +267,28 @@ class OnlineRetriever(
         )
         payload = {
             "index": index,
-            "text": text,
             "k": k,
             "calls": calls,
             "cache_hits": hits,
             "budget": budget,
+            # The kind only: a scorer's own words may quote the pair's texts.
             "failures": [
-                [int(rows[i]), a.reason] for i, a in enumerate(answers) if not a.ok
+                [int(rows[i]), failure_kind(a.reason)]
+                for i, a in enumerate(answers)
+                if not a.ok
             ],
             "answer": [int(candidates[p]) for p in positions_ranked],
         }
+        keep_text = self.config.query_retention == "keep"
+        if keep_text:
+            payload["text"] = text
         with self._journal.transaction() as db:
             seq = Journal.append_op(
                 db, "query", payload, self._encode_query(query, observation)
             )
+            if keep_text and self._redacted.get("texts"):
+                self._redacted = {**self._redacted, "texts": False}
+                Journal.set_meta(db, "redacted", self._redacted)
         self.state = state
         if adaptive is not None:
             self.ledger = adaptive[0]
@@ -344,7 +352,7 @@ class OnlineRetriever(
             :mod:`earm_jax.retriever.validation`).
         """
         text, k, where = self._checked_query(text, k, where)
-        vector = self._embed([text], "query")[0]
+        vector = self._embed_queries([text], "query")[0]
         return self._answer(text, self._query_pool(vector, where), k)
 
     def _answer(
@@ -387,7 +395,7 @@ class OnlineRetriever(
         """
         self._check_open()
         query, k, parsed = self._parse_candidates(query, candidates, k)
-        vector = self._embed([query], "query")[0]
+        vector = self._embed_queries([query], "query")[0]
         self._register_candidates(parsed)
         pool = self._candidate_pool(
             [p[0] for p in parsed],
@@ -413,7 +421,7 @@ class OnlineRetriever(
             return []
         if not self._row_of:
             raise ValueError("the retriever holds no memory yet: add() some first")
-        vectors = self._embed(texts, "texts")
+        vectors = self._embed_queries(texts, "texts")
         pools = [self._pool_from_vector(v, None) for v in vectors]
         if self.ledger is not None:
             # The best preset's rounds depend on the answers of earlier rounds:

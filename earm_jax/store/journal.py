@@ -287,6 +287,30 @@ class Journal(SnapshotStore, ScoreStore):
                 retired[int(row)] = seq
         return retired
 
+    def rewrite_query_payloads(
+        self, db: sqlite3.Connection, rewrite: Callable[[dict], dict]
+    ) -> int:
+        """Replaces each query operation's payload by ``rewrite(payload)``
+        where that differs (each row verified first, then checksummed anew);
+        returns how many changed. For redacting what a record keeps (its
+        query text, failure reasons), never what replay reads."""
+        changed = 0
+        rows = db.execute(
+            f"SELECT {_OP_COLUMNS} FROM ops WHERE kind='query' ORDER BY seq"
+        ).fetchall()
+        for fields in rows:
+            seq, kind, payload, data = self._op(fields)
+            new = rewrite(dict(payload))
+            if new == payload:
+                continue
+            text = json.dumps(new)
+            db.execute(
+                "UPDATE ops SET payload=?, checksum=? WHERE seq=?",
+                (text, row_checksum(seq, kind, text, data), seq),
+            )
+            changed += 1
+        return changed
+
     def query_op(self, index: int) -> tuple[int, str, dict, bytes | None] | None:
         """The verified operation of query ``index`` (``None`` if absent)."""
         fields = self._db.execute(
