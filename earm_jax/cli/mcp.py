@@ -123,7 +123,7 @@ def _lock_root(folder: Path):
     with one line naming the holder."""
     from earm_jax.store.lock import FolderLock, FolderLockedError
 
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
         return FolderLock(folder)
     except FolderLockedError as error:
@@ -237,15 +237,16 @@ def register(app: typer.Typer) -> None:
             scorer = _scorer(
                 scorer_model, scorer_url, scorer_name, scorer_mode, backend
             )
-            # No embedding cache on disk: each tenant's journal keeps its memories'
-            # vectors, and a shared cache would keep a forgotten text's digest and
-            # vector after `forget`. One that an earlier version left goes now.
+            # Each tenant caches its embeddings in its own folder, and `forget`
+            # purges them there; a cache shared by every tenant (which an
+            # earlier version kept here) would keep a forgotten text's digest
+            # and vector, so it goes now.
             stale = folder / ".embedding-cache"
             if stale.is_dir():
                 shutil.rmtree(stale)
                 print(
                     f"earm mcp: removed {stale} (an embedding cache that outlived "
-                    "forgotten memories); the tenants' journals keep what they need",
+                    "forgotten memories); each tenant now caches in its own folder",
                     file=sys.stderr,
                 )
             with user_errors("pass a sentence-transformers folder to --embedder"):
@@ -256,6 +257,7 @@ def register(app: typer.Typer) -> None:
                 text_embedder,
                 max_open=max_open_tenants,
                 max_tenants=max_tenants,
+                embedding_cache=True,
             )
             try:
                 if verifier is None:  # with tokens, each token names its tenants

@@ -7,7 +7,13 @@ from typing import Annotated
 
 import typer
 
-from earm_jax.retriever import CorruptFolderError, FolderLockedError, check, repair
+from earm_jax.retriever import (
+    CorruptFolderError,
+    DiskFullError,
+    FolderLockedError,
+    check,
+    repair,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -28,7 +34,7 @@ def register(app: typer.Typer) -> None:
         damaged row is one finding (exit 1 if any)."""
         try:
             report = check(path, deep=deep)
-        except FolderLockedError as error:
+        except (FolderLockedError, DiskFullError) as error:
             typer.echo(str(error), err=True)
             raise typer.Exit(2) from None
         if report.ok:
@@ -50,7 +56,7 @@ def register(app: typer.Typer) -> None:
         scores) and names what it cannot (exit 1: restore from a backup)."""
         try:
             actions = repair(path)
-        except FolderLockedError as error:
+        except (FolderLockedError, DiskFullError) as error:
             typer.echo(str(error), err=True)
             raise typer.Exit(2) from None
         except CorruptFolderError as error:

@@ -345,7 +345,7 @@ class AsyncRetrieving:
     ) -> Retrieved:
         """:meth:`query`, awaited (the scoring of concurrent queries overlaps)."""
         text, k, where = await self._locked(self._checked_query, text, k, where)
-        vector = self._embed([text], "query")[0]
+        vector = self._embed_queries([text], "query")[0]
         (turn,) = self._join_queue()
         return await self._answer_async(
             text, lambda: self._query_pool(vector, where), k, turn
@@ -361,7 +361,7 @@ class AsyncRetrieving:
         if not texts:
             return []
         _, k, _ = await self._locked(self._checked_query, texts[0], k, None)
-        vectors = self._embed(texts, "texts")
+        vectors = self._embed_queries(texts, "texts")
         turns = self._join_queue(len(texts))
         tasks = [
             self._answer_async(
@@ -388,7 +388,7 @@ class AsyncRetrieving:
         query, k, parsed = await self._locked(
             self._parse_candidates, query, candidates, k
         )
-        vector = self._embed([query], "query")[0]
+        vector = self._embed_queries([query], "query")[0]
         await self._locked(self._register_candidates, parsed)
         ids = [p[0] for p in parsed]
         scores = None if parsed[0][2] is None else [p[2] for p in parsed]
@@ -411,9 +411,10 @@ class AsyncRetrieving:
         id: MemoryId,
         text: str | None = None,
         metadata: Mapping | None = None,
+        keep_history: bool = True,
     ) -> None:
         """:meth:`update`, awaited."""
-        await self._locked(self.update, id, text, metadata)
+        await self._locked(self.update, id, text, metadata, keep_history)
 
     async def adelete(self, ids: Sequence[MemoryId]) -> None:
         """:meth:`delete`, awaited."""

@@ -25,7 +25,10 @@ RUNTIME_FIELDS = (
     "lock_timeout",
     "synchronous",
     "precompile",
+    "query_retention",
 )
+
+QUERY_RETENTIONS = ("keep", "hash-only", "none")
 
 
 RETRIEVER_PRESETS = ("best", "top_similarity", "paper")
@@ -63,6 +66,17 @@ class RetrieverConfig(EarmSettings):
         ``"NORMAL"`` (survives a process crash).
       precompile: compile the next (doubled) buffer shapes in a background
         thread before they are needed, so growth does not stall one query.
+      query_retention: what the folder keeps of a query's text.
+        ``"hash-only"`` (the default): no text; its paid scores are keyed by
+        an unkeyed 16-byte SHA-256 prefix of the text (so a repeated query
+        is never paid twice, across reopens too); that prefix confirms a
+        guessed query to whoever reads the folder. ``"keep"``: also the text,
+        in the query's record (for audits), and its embedding in an
+        embedding cache that has one. ``"none"``: no text and no digest of
+        it on disk; a repeated query is not paid twice while the folder is
+        open (its scores are kept in memory), but is paid again after a
+        reopen. Queries recorded while ``"keep"`` was set lose their text
+        when the folder is next opened with another setting.
     """
 
     # Constant cost per query however long the agent lives (see
@@ -80,6 +94,7 @@ class RetrieverConfig(EarmSettings):
     lock_timeout: float | None = 0.0
     synchronous: str = "FULL"
     precompile: bool = True
+    query_retention: str = "hash-only"
 
     def __post_init__(self) -> None:
         if self.preset not in RETRIEVER_PRESETS:
@@ -132,6 +147,11 @@ class RetrieverConfig(EarmSettings):
                     f"RetrieverConfig.{name} must be None or a number >= 0, got "
                     f"{value!r}"
                 )
+        if self.query_retention not in QUERY_RETENTIONS:
+            raise ValueError(
+                f"RetrieverConfig.query_retention must be one of {QUERY_RETENTIONS}, "
+                f"got {self.query_retention!r}"
+            )
         if self.synchronous not in ("FULL", "NORMAL"):
             raise ValueError(
                 f"RetrieverConfig.synchronous must be 'FULL' or 'NORMAL', got "

@@ -26,6 +26,7 @@ from earm_jax.retriever.online import OnlineRetriever
 from earm_jax.store.journal import (
     JOURNAL_NAME,
     CorruptFolderError,
+    DiskFullError,
     Journal,
     lost_journal,
 )
@@ -62,6 +63,7 @@ class _Inspector(OnlineRetriever):
     """Opens a folder without its scorer and embedder (never called)."""
 
     _verify_embedder = False
+    _redact_on_open = False
 
 
 class _FromScratch(_Inspector):
@@ -138,13 +140,18 @@ def check(path: str | os.PathLike[str], deep: bool = False) -> CheckReport:
     Every kind of damage is a finding in :attr:`CheckReport.problems` naming
     the row and what is wrong (a checksum that does not match, text that is
     not UTF-8, a missing or empty journal, a snapshot that disagrees with a
-    full replay); only :class:`FolderLockedError` is raised.
+    full replay); only :class:`FolderLockedError` and
+    :class:`~earm_jax.store.journal.DiskFullError` (naming the folder and its
+    free bytes; the same process checks again once space is back) are
+    raised.
     """
     folder = Path(path)
     report = CheckReport(folder, [])
     try:
         _check(folder, deep, report)
-    except FolderLockedError:
+    except (FolderLockedError, DiskFullError):
+        # Not damage: the folder is busy, or the disk is full (free some
+        # space and check again).
         raise
     except Exception as error:  # noqa: BLE001 - a finding, never a traceback
         if str(error) not in report.problems:

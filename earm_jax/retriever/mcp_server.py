@@ -7,8 +7,9 @@ default tenant):
 * ``remember(text, metadata=None, id=None)``: stores a memory, returns its id;
 * ``recall(query, k=5, where=None)``: the ``k`` most relevant memories, best
   first (``where``: metadata keys that must match);
-* ``update(id, text=None, metadata=None)``: edits a memory (a new text starts
-  with no evidence);
+* ``update(id, text=None, metadata=None, keep_history=True)``: edits a memory
+  (a new text starts with no evidence; ``keep_history=False`` forgets the old
+  text as ``forget`` does);
 * ``forget(ids)``: deletes memories (never returned again, gone from disk);
 * ``get(ids)``: the memories ``ids``;
 * ``stats()``: memories, queries, scorer calls paid, and the calls a reranker
@@ -32,6 +33,7 @@ Install with ``pip install earm_jax[mcp]``.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
@@ -174,7 +176,9 @@ def build_server(
             FolderLockedError,
         ) as error:
             raise ToolError(_one_line(error)) from error
-        except OSError as error:
+        except (OSError, sqlite3.Error) as error:
+            # A full disk (DiskFullError names the folder and its free bytes)
+            # or another storage fault: one line, and the server keeps serving.
             raise ToolError(f"storage: {_one_line(error)}") from error
 
     auth = None
@@ -229,10 +233,17 @@ def build_server(
         metadata: Annotated[
             dict[str, Any] | None, Field(description="Its new metadata.")
         ] = None,
+        keep_history: Annotated[
+            bool,
+            Field(
+                description="Keep the old text in the folder's history (false: "
+                "it is forgotten, as by forget)."
+            ),
+        ] = True,
         tenant: Tenant = None,
     ) -> dict[str, Any]:
         """Replaces a memory's text and/or metadata (the id stays)."""
-        await call(tenant, lambda r: r.aupdate(id, text, metadata))
+        await call(tenant, lambda r: r.aupdate(id, text, metadata, keep_history))
         return {"id": id}
 
     @server.tool()

@@ -84,6 +84,7 @@ from earm_jax.store.journal import (
     Journal,
     lost_journal,
 )
+from earm_jax.store.journal_format import FOLDER_MODE, disk_full, is_disk_full
 from earm_jax.store.lock import FolderLock
 
 
@@ -146,7 +147,12 @@ class OnlineRetriever(
         self.directory = Path(directory)
         if self.directory.exists() and not self.directory.is_dir():
             raise ValueError(f"{self.directory} exists and is not a folder")
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)
+        except OSError as error:
+            raise disk_full(
+                self.directory.parent, error, "the folder was not created"
+            ) from error
         lost = lost_journal(self.directory)
         if lost is not None:
             raise CorruptFolderError(lost)
@@ -164,6 +170,8 @@ class OnlineRetriever(
             self._open(scorer, embedder, config)
         except sqlite3.DatabaseError as error:
             self._release()
+            if is_disk_full(error):
+                raise disk_full(self.directory, error, "nothing was opened") from error
             raise CorruptFolderError(
                 f"{self.directory / JOURNAL_NAME}: SQLite cannot read it ({error})"
             ) from error
@@ -259,20 +267,28 @@ class OnlineRetriever(
         )
         payload = {
             "index": index,
-            "text": text,
             "k": k,
             "calls": calls,
             "cache_hits": hits,
             "budget": budget,
+            # The kind only: a scorer's own words may quote the pair's texts.
             "failures": [
-                [int(rows[i]), a.reason] for i, a in enumerate(answers) if not a.ok
+                [int(rows[i]), failure_kind(a.reason)]
+                for i, a in enumerate(answers)
+                if not a.ok
             ],
             "answer": [int(candidates[p]) for p in positions_ranked],
         }
+        keep_text = self.config.query_retention == "keep"
+        if keep_text:
+            payload["text"] = text
         with self._journal.transaction() as db:
             seq = Journal.append_op(
                 db, "query", payload, self._encode_query(query, observation)
             )
+            if keep_text and self._redacted.get("texts"):
+                self._redacted = {**self._redacted, "texts": False}
+                Journal.set_meta(db, "redacted", self._redacted)
         self.state = state
         if adaptive is not None:
             self.ledger = adaptive[0]
@@ -336,7 +352,7 @@ class OnlineRetriever(
             :mod:`earm_jax.retriever.validation`).
         """
         text, k, where = self._checked_query(text, k, where)
-        vector = self._embed([text], "query")[0]
+        vector = self._embed_queries([text], "query")[0]
         return self._answer(text, self._query_pool(vector, where), k)
 
     def _answer(
@@ -379,7 +395,7 @@ class OnlineRetriever(
         """
         self._check_open()
         query, k, parsed = self._parse_candidates(query, candidates, k)
-        vector = self._embed([query], "query")[0]
+        vector = self._embed_queries([query], "query")[0]
         self._register_candidates(parsed)
         pool = self._candidate_pool(
             [p[0] for p in parsed],
@@ -405,7 +421,7 @@ class OnlineRetriever(
             return []
         if not self._row_of:
             raise ValueError("the retriever holds no memory yet: add() some first")
-        vectors = self._embed(texts, "texts")
+        vectors = self._embed_queries(texts, "texts")
         pools = [self._pool_from_vector(v, None) for v in vectors]
         if self.ledger is not None:
             # The best preset's rounds depend on the answers of earlier rounds:

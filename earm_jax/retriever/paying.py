@@ -56,8 +56,48 @@ def validated(answer: Any) -> PairScore:
     return PairScore.success(float(value))
 
 
+# The leading words of the reasons this package's scorers and checks give:
+# a reason is stored (and counted) by one of these, never by its own words,
+# which may quote the query or the memory.
+FAILURE_KINDS = (
+    "timeout",
+    "scorer raised",
+    "scorer returned",
+    "wrong length",
+    "score is not a number",
+    "score is not finite",
+    "score out of range",
+    "invalid score",
+    "not scored",
+    "not recorded",
+    "bad response",
+    "parse",
+    "model",
+    "http",
+    "evidence",
+)
+
+
 def failure_kind(reason: str) -> str:
-    return reason.split(":")[0].split(" after ")[0]
+    """What kind of failure ``reason`` names, in words that cannot hold the
+    pair's texts: one of :data:`FAILURE_KINDS` (``"scorer raised"`` with the
+    exception's class name), else ``"other"``.
+
+    >>> failure_kind("scorer raised RuntimeError: cannot score 'Sam's PIN'")
+    'scorer raised RuntimeError'
+    >>> failure_kind("timeout after 120 s"), failure_kind("Sam's PIN is 4417")
+    ('timeout', 'other')
+    """
+    head = reason.split(":")[0].strip()
+    words = head.split()
+    if head.startswith("scorer raised ") and len(words) == 3:
+        name = words[2]
+        return f"scorer raised {name}" if name.isidentifier() else "scorer raised"
+    for kind in FAILURE_KINDS:
+        if head.lower() == kind or head.lower().startswith(kind + " "):
+            # Only the kind's own words: what follows may quote a text.
+            return kind
+    return "other"
 
 
 def checked_answers(

@@ -25,6 +25,7 @@ from earm_jax.retriever.compiled import (
     track,
 )
 from earm_jax.retriever.config import RUNTIME_FIELDS, RetrieverConfig, runtime_of
+from earm_jax.retriever.paying import failure_kind
 from earm_jax.retriever.resident import trim_heap
 from earm_jax.retriever.serial import serialized
 from earm_jax.store.journal import (
@@ -40,6 +41,10 @@ _LOG = logging.getLogger("earm_jax.retriever")
 # (up to float noise across machines); another model of the same width not.
 PROBE_TEXT = "Embedder identity probe: a fixed sentence, never stored as a memory."
 PROBE_AGREEMENT = 0.999
+# What a new folder's query records hold nothing of: failure reasons beyond
+# their kind, and (until a query is recorded with query_retention="keep")
+# query texts.
+_NOTHING_UNREDACTED = {"failures": True, "texts": True}
 
 
 class Recovery:
@@ -48,6 +53,8 @@ class Recovery:
     _use_snapshot = True
     # check and repair open a folder without its embedder.
     _verify_embedder = True
+    # check and repair read a folder as it is.
+    _redact_on_open = True
 
     def _open(self, scorer, embedder, config) -> None:
         runtime = config or RetrieverConfig()
@@ -74,6 +81,7 @@ class Recovery:
                 Journal.set_meta(db, "scorer", scorer_key)
                 Journal.set_meta(db, "embedder", identity)
                 Journal.set_meta(db, "width", identity and identity["width"])
+                Journal.set_meta(db, "redacted", _NOTHING_UNREDACTED)
             write_marker(self.directory)
         else:
             if stored_format != FORMAT:
@@ -128,6 +136,9 @@ class Recovery:
                 )
             self._check_embedder(embedder)
         self._scorer_key = scorer_key
+        if self.config.query_retention == "none":
+            journal.keep_scores_in_memory()
+        self._redact_records()
         self.failure_counts: Counter[str] = Counter()
         self.snapshot_failures = 0
         self.last_snapshot_error: str | None = None
@@ -135,6 +146,40 @@ class Recovery:
         self._rebuild()
         # A folder made before the mark existed gets one now.
         journal.advance_high_water()
+
+    def _redact_records(self) -> None:
+        """Takes out of the query records what the settings say not to keep:
+        a scorer's own failure reasons (folders written before only their
+        kind was stored) and, unless ``query_retention="keep"``, the query
+        texts. Done once; meta ``redacted`` says what is done."""
+        journal = self._journal
+        self._redacted = dict(journal.get_meta("redacted") or {})
+        drop_texts = self.config.query_retention != "keep"
+        todo = {
+            "failures": not self._redacted.get("failures"),
+            "texts": drop_texts and not self._redacted.get("texts"),
+        }
+        if not self._redact_on_open or not any(todo.values()):
+            return
+
+        def redact(payload: dict) -> dict:
+            if todo["texts"]:
+                payload.pop("text", None)
+            if todo["failures"]:
+                payload["failures"] = [
+                    [row, failure_kind(str(reason))]
+                    for row, reason in payload.get("failures", [])
+                ]
+            return payload
+
+        done = {**self._redacted, "failures": True}
+        if drop_texts:
+            done["texts"] = True
+        with journal.transaction() as db:
+            journal.rewrite_query_payloads(db, redact)
+            Journal.set_meta(db, "redacted", done)
+        self._redacted = done
+        journal.flush_freed()
 
     def _embedder_identity(self, embedder) -> dict | None:
         """What identifies the embedding model: its ``identity`` (when it

@@ -38,14 +38,24 @@ class MemoryTable:
         self._row_of: dict[MemoryId, int] = {}
         self._retired_ids: set[MemoryId] = set()
         self._embeddings = np.zeros((0, 0), np.float32)
+        # Forgotten texts the embedder's cache failed to drop (retried).
+        self._unforgotten: set[str] = set()
 
     @property
     def num_memories(self) -> int:
         """Live memories (added, not deleted)."""
         return len(self._row_of)
 
-    def _embed(self, texts: list[str], what: str) -> np.ndarray:
-        vectors = self.embedder.embed(texts)
+    def _embed_queries(self, texts: list[str], what: str) -> np.ndarray:
+        """Embeddings of query texts: an embedder with a cache keeps them
+        only when query texts are kept (``query_retention="keep"``)."""
+        return self._embed(texts, what, self.config.query_retention != "keep")
+
+    def _embed(self, texts: list[str], what: str, transient=False) -> np.ndarray:
+        embed = self.embedder.embed
+        if transient:
+            embed = getattr(self.embedder, "embed_transient", embed)
+        vectors = embed(texts)
         try:
             vectors = np.asarray(vectors, np.float32)
         except (TypeError, ValueError) as error:
@@ -180,6 +190,7 @@ class MemoryTable:
         id: MemoryId,
         text: str | None = None,
         metadata: Mapping | None = None,
+        keep_history: bool = True,
     ) -> None:
         """Replaces a memory's text and/or metadata; keeps its id.
 
@@ -187,9 +198,21 @@ class MemoryTable:
         old text are never counted as evidence for the new one. New metadata
         alone (``text`` ``None`` or unchanged) is replaced in place: the text,
         hence its evidence, is the same.
+
+        With ``keep_history=False`` a new text also redacts the old one as
+        :meth:`delete` forgets a memory: when the call returns, the old
+        text, its metadata, its embedding and the paid scores keyed by it are
+        in no file of the folder (nor in the embedder's cache); the scores
+        already folded into the solver's history stay, as numbers that name
+        no text. With ``True`` (the default) the old version stays readable
+        in the journal, as an edit history.
         """
         self._check_open()
         mid = check_id(id, "id")
+        if not isinstance(keep_history, bool):
+            raise ValueError(
+                f"keep_history must be True or False, got {keep_history!r}"
+            )
         if text is None and metadata is None:
             raise ValueError("update needs a text or metadata (both are None)")
         if text is not None:
@@ -206,19 +229,32 @@ class MemoryTable:
             meta = json.dumps(self._metadata[old], sort_keys=True)
         vectors = self._embed([text], "text")
         new = len(self._ids)
+        versions = [r for r, other in enumerate(self._ids) if other == mid]
+        if keep_history:
+            redacted: set[str] = set()
+        else:
+            live = {self._texts[r] for r in self._row_of.values() if r != old}
+            redacted = {self._texts[r] for r in versions} - live - {text, ""}
         with self._journal.transaction() as db:
             seq = Journal.append_op(db, "retire", {"rows": [old], "reason": "update"})
             Journal.retire_memories(db, [old], seq)
+            if not keep_history:
+                self._journal.scrub_memories(db, versions, self.width or 0)
+                self._journal.forget_scores(db, sorted(redacted))
             seq = Journal.append_op(db, "add", {"first": new, "count": 1})
             self._append_rows(
                 db, [mid], [text], [meta], vectors, [self._origin[old]], seq
             )
         self._live[old] = False
         del self._row_of[mid]
+        if not keep_history:
+            self._blank_rows(versions)
         self._apply_retire([old])
         self._remember_rows([mid], [text], [meta], vectors, [self._origin[old]])
         self._apply_add(new, 1)
         self._last_seq = seq
+        if not keep_history:
+            self._forget_everywhere(redacted, "an update that kept no history")
 
     def _replace_metadata(self, row: int, meta: str) -> None:
         if meta == json.dumps(self._metadata[row], sort_keys=True):
@@ -264,30 +300,57 @@ class MemoryTable:
         versions = [r for r, mid in enumerate(self._ids) if mid in forgotten]
         texts = {self._texts[r] for r in versions}
         kept = {self._texts[r] for r in self._row_of.values() if r not in rows}
+        forgotten_texts = texts - kept - {""}
         with self._journal.transaction() as db:
             seq = Journal.append_op(db, "retire", {"rows": rows, "reason": "delete"})
             Journal.retire_memories(db, rows, seq)
             self._journal.scrub_memories(db, versions, self.width or 0)
-            Journal.forget_scores(db, sorted(texts - kept - {""}))
+            self._journal.forget_scores(db, sorted(forgotten_texts))
         for row in rows:
             self._live[row] = False
             del self._row_of[self._ids[row]]
             self._retired_ids.add(self._ids[row])
-        for row in versions:
+        self._blank_rows(versions)
+        self._apply_retire(rows)
+        self._last_seq = seq
+        self._forget_everywhere(forgotten_texts, "a delete")
+
+    def _blank_rows(self, rows: Sequence[int]) -> None:
+        for row in rows:
             self._texts[row] = ""
             self._metadata[row] = {}
             self._embeddings[row] = 0.0
-        self._apply_retire(rows)
-        self._last_seq = seq
+
+    def _forget_everywhere(self, texts: set[str], what: str) -> None:
+        """After a committed forget: the texts' cached embeddings (and their
+        digests) leave the embedder's cache, and the journal's WAL is
+        truncated. Both are reported, never raised: the forget is stored."""
+        forget = getattr(self.embedder, "forget", None)
+        pending = set(texts) | self._unforgotten
+        if forget is not None and pending:
+            try:
+                forget(sorted(pending))
+            except Exception as error:  # noqa: BLE001 - the forget is committed
+                _LOG.warning(
+                    "%s: after %s, the embedder's cache kept the forgotten "
+                    "texts' vectors (%s: %s); the next forget retries",
+                    self.directory,
+                    what,
+                    type(error).__name__,
+                    error,
+                )
+                self._unforgotten = pending
+            else:
+                self._unforgotten = set()
         if not self._journal.flush_freed():
-            # The delete is committed: report, never raise; the next delete or
-            # the close (SQLite checkpoints when its last connection closes)
-            # truncates the WAL.
+            # The next delete or the close (SQLite checkpoints when its last
+            # connection closes) truncates the WAL.
             _LOG.warning(
-                "%s: the WAL could not be truncated after a delete (another "
-                "connection is reading); the deleted content stays in the -wal "
-                "file until the next checkpoint",
+                "%s: the WAL could not be truncated after %s (another "
+                "connection is reading); the forgotten content stays in the "
+                "-wal file until the next checkpoint",
                 self.directory,
+                what,
             )
 
     @serialized

@@ -30,10 +30,18 @@ from pathlib import Path
 
 from earm_jax.retriever.online import OnlineRetriever, RetrieverConfig
 from earm_jax.scoring.base import Scorer
-from earm_jax.store.embeddings import TextEmbedder
-from earm_jax.store.journal_format import JOURNAL_NAME
+from earm_jax.store.embeddings import CachedEmbedder, TextEmbedder
+from earm_jax.store.journal_format import FOLDER_MODE, JOURNAL_NAME
 
 _NAME = re.compile(r"[A-Za-z0-9@+_-][A-Za-z0-9@+._-]{0,127}")
+
+
+def embedding_cache_path(folder: str | os.PathLike[str], embedder) -> Path:
+    """Where a tenant's embedding cache lives: in its own folder, one file per
+    embedding model (so another model never reads these vectors)."""
+    identity = getattr(embedder, "identity", None)
+    suffix = f"-{identity}" if isinstance(identity, str) and identity else ""
+    return Path(folder) / f"embeddings{suffix}.sqlite"
 
 
 def tenant_folder(root: str | os.PathLike[str], tenant: str) -> Path:
@@ -70,6 +78,10 @@ class TenantRetrievers:
         hold a tenant through :meth:`lease` keep it open past the cap until
         they end.
       max_tenants: the most tenant folders under ``root`` (``None``: no cap).
+      embedding_cache: give each tenant an embedding cache of its own, inside
+        its folder (:func:`embedding_cache_path`), which a ``delete`` purges
+        of the deleted texts; ``embedder`` should have no cache of its own.
+        Without it, ``embedder`` is used as it is.
     """
 
     def __init__(
@@ -81,15 +93,21 @@ class TenantRetrievers:
         *,
         max_open: int | None = None,
         max_tenants: int | None = None,
+        embedding_cache: bool = False,
     ) -> None:
+        if not isinstance(embedding_cache, bool):
+            raise ValueError(
+                f"embedding_cache must be True or False, got {embedding_cache!r}"
+            )
         for name, value in (("max_open", max_open), ("max_tenants", max_tenants)):
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or value < 1
             ):
                 raise ValueError(f"{name} must be None or >= 1, got {value!r}")
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)
         self.scorer, self.embedder, self.config = scorer, embedder, config
+        self.embedding_cache = embedding_cache
         self.max_open, self.max_tenants = max_open, max_tenants
         # Open tenants, least recently used first, and how many leases each has.
         self._open: OrderedDict[str, OnlineRetriever] = OrderedDict()
@@ -162,9 +180,11 @@ class TenantRetrievers:
                     break
                 closing.wait()
             try:
-                retriever = OnlineRetriever(
-                    folder, self.scorer, self.embedder, self.config
-                )
+                embedder = self.embedder
+                if self.embedding_cache:
+                    path = embedding_cache_path(folder, embedder)
+                    embedder = CachedEmbedder(embedder, path)
+                retriever = OnlineRetriever(folder, self.scorer, embedder, self.config)
             except BaseException:
                 with self._table_lock:
                     if not (folder / JOURNAL_NAME).exists():
@@ -237,4 +257,9 @@ class TenantRetrievers:
         self.close()
 
 
-__all__ = ["TenantLimitError", "TenantRetrievers", "tenant_folder"]
+__all__ = [
+    "TenantLimitError",
+    "TenantRetrievers",
+    "embedding_cache_path",
+    "tenant_folder",
+]

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from earm_jax.store.hashing import text_sha256
+from earm_jax.store.journal_format import FILE_MODE, disk_full, is_disk_full
 
 CACHE_DIR_ENV = "EARM_CACHE_DIR"
 """Environment variable naming the cache folder (default ``~/.cache/earm_jax``)."""
@@ -123,24 +124,41 @@ def model_identity(model_path: str | Path, name: str | None = None) -> str:
 class EmbeddingCache:
     """Vectors of one model, keyed by text hash, in a SQLite file.
 
+    The file is created ``0600``; :meth:`forget` zeroes what it deletes
+    (SQLite ``secure_delete``), so a forgotten text's digest and vector are in
+    no file afterwards. A full disk is a
+    :class:`~earm_jax.store.journal_format.DiskFullError` naming the cache's
+    folder and its free bytes.
+
     Args:
       path: the SQLite file (created with its folder if missing).
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as connection:
-            connection.execute(
-                "CREATE TABLE IF NOT EXISTS embeddings "
-                "(key TEXT PRIMARY KEY, dim INTEGER NOT NULL, vector BLOB NOT NULL)"
-            )
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self.path.exists():
+                os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE))
+            with self._connect() as connection:
+                connection.execute(
+                    "CREATE TABLE IF NOT EXISTS embeddings "
+                    "(key TEXT PRIMARY KEY, dim INTEGER NOT NULL, "
+                    "vector BLOB NOT NULL)"
+                )
+        except (OSError, sqlite3.Error) as error:
+            if is_disk_full(error):
+                raise disk_full(
+                    self.path.parent, error, f"{self.path.name} was not created"
+                ) from error
+            raise
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
         """A connection that commits on success and is always closed."""
         connection = sqlite3.connect(self.path, timeout=60.0)
         try:
+            connection.execute("PRAGMA secure_delete=ON")
             with connection:
                 yield connection
         finally:
@@ -170,17 +188,100 @@ class EmbeddingCache:
             (key, int(v.shape[0]), np.ascontiguousarray(v, np.float32).tobytes())
             for key, v in vectors.items()
         ]
-        with self._connect() as connection:
-            connection.executemany(
-                "INSERT OR REPLACE INTO embeddings (key, dim, vector) VALUES (?, ?, ?)",
-                rows,
-            )
+        self._write(
+            "INSERT OR REPLACE INTO embeddings (key, dim, vector) VALUES (?, ?, ?)",
+            rows,
+            "nothing was cached",
+        )
+
+    def forget(self, keys: Sequence[str]) -> None:
+        """Deletes the vectors of ``keys`` (their bytes zeroed on disk)."""
+        self._write(
+            "DELETE FROM embeddings WHERE key=?",
+            [(key,) for key in dict.fromkeys(keys)],
+            "nothing was deleted",
+        )
+
+    def _write(self, statement: str, rows: list[tuple], consequence: str) -> None:
+        if not rows:
+            return
+        try:
+            with self._connect() as connection:
+                connection.executemany(statement, rows)
+        except (OSError, sqlite3.Error) as error:
+            if is_disk_full(error):
+                raise disk_full(
+                    self.path.parent, error, f"{self.path.name}: {consequence}"
+                ) from error
+            raise
 
     def __len__(self) -> int:
         with self._connect() as connection:
             return int(
                 connection.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
             )
+
+
+class CachedEmbedder:
+    """Any :class:`TextEmbedder` with its own cache file (e.g. one per tenant,
+    inside the tenant's folder, so a tenant's cache holds only its texts and
+    goes with its folder).
+
+    The file is created on the first call, not before: an embedder made for
+    a folder not yet opened leaves nothing behind.
+
+    Args:
+      embedder: the embedder asked on a cache miss (pass one without a cache
+        of its own, e.g. ``Embedder(cache_dir=False)``).
+      path: the cache's SQLite file.
+    """
+
+    def __init__(self, embedder: TextEmbedder, path: str | Path) -> None:
+        self.embedder = embedder
+        self.path = Path(path)
+        identity = getattr(embedder, "identity", None)
+        if isinstance(identity, str):
+            self.identity = identity
+        self._cache: EmbeddingCache | None = None
+
+    @property
+    def cache(self) -> EmbeddingCache:
+        if self._cache is None:
+            self._cache = EmbeddingCache(self.path)
+        return self._cache
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Like the wrapped embedder's ``embed``, through the cache."""
+        return self._embed(texts, store=True)
+
+    def embed_transient(self, texts: Sequence[str]) -> np.ndarray:
+        """Like :meth:`embed`, but what was not cached stays uncached (a
+        query whose text is not to be kept)."""
+        return self._embed(texts, store=False)
+
+    def _embed(self, texts: Sequence[str], store: bool) -> np.ndarray:
+        for position, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise ValueError(
+                    f"texts[{position}] must be a string, got {type(text).__name__}"
+                )
+        keys = [text_sha256(text) for text in texts]
+        known = self.cache.get(keys)
+        missing = {k: t for k, t in zip(keys, texts, strict=True) if k not in known}
+        if missing:
+            fresh = np.asarray(self.embedder.embed(list(missing.values())), np.float32)
+            new = dict(zip(missing, fresh, strict=True))
+            if store:
+                self.cache.put(new)
+            known = {**known, **new}
+        if not keys:
+            return np.asarray(self.embedder.embed([]), np.float32)
+        return np.stack([known[key] for key in keys]).astype(np.float32, copy=False)
+
+    def forget(self, texts: Sequence[str]) -> None:
+        """Deletes the cached vectors of ``texts`` (and their digests)."""
+        if self.path.exists():
+            self.cache.forget([text_sha256(text) for text in texts])
 
 
 class Embedder:
@@ -276,6 +377,11 @@ class Embedder:
         )
         return np.asarray(vectors, dtype=np.float32)
 
+    def embed_transient(self, texts: Sequence[str]) -> np.ndarray:
+        """Like :meth:`embed`, but what was not cached stays uncached (a
+        query whose text is not to be kept)."""
+        return self._embed(texts, store=False)
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Normalized embeddings of ``texts``.
 
@@ -288,6 +394,9 @@ class Embedder:
         Raises:
           ValueError: an entry is not a string.
         """
+        return self._embed(texts, store=True)
+
+    def _embed(self, texts: Sequence[str], store: bool) -> np.ndarray:
         for position, text in enumerate(texts):
             if not isinstance(text, str):
                 raise ValueError(
@@ -300,7 +409,7 @@ class Embedder:
         if missing:
             fresh = self._encode(list(missing.values()))
             new = dict(zip(missing, fresh, strict=True))
-            if self.cache is not None:
+            if self.cache is not None and store:
                 self.cache.put(new)
             known = {**known, **new}
         self.num_encoded += len(missing)
@@ -309,8 +418,15 @@ class Embedder:
             return np.zeros((0, self.dimension), np.float32)
         return np.stack([known[key] for key in keys]).astype(np.float32, copy=False)
 
+    def forget(self, texts: Sequence[str]) -> None:
+        """Deletes the cached vectors of ``texts`` (and their digests) from
+        this embedder's cache, if it has one."""
+        if self.cache is not None:
+            self.cache.forget([text_sha256(text) for text in texts])
+
 
 __all__ = [
+    "CachedEmbedder",
     "IdentifiedEmbedder",
     "TextEmbedder",
     "CACHE_DIR_ENV",

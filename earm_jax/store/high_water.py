@@ -35,6 +35,7 @@ import threading
 from pathlib import Path
 
 from earm_jax.store.integrity import CorruptFolderError
+from earm_jax.store.journal_format import FILE_MODE, disk_full
 
 HIGH_WATER_NAME = "high_water"
 _MAGIC = b"EARMHW01"
@@ -95,28 +96,42 @@ class HighWater:
         with self._lock:
             if seq <= self._seq:
                 return
-            if self._fd is None:
-                self._open()
-                if seq <= self._seq:
-                    return
-            os.pwrite(self._fd, _encode(seq), 0)
+            try:
+                if self._fd is None:
+                    self._open()
+                    if seq <= self._seq:
+                        return
+                os.pwrite(self._fd, _encode(seq), 0)
+            except OSError as error:
+                raise disk_full(
+                    self.path.parent,
+                    error,
+                    f"{self.path.name} was not advanced (the journal's commits "
+                    "are stored)",
+                ) from error
             self._seq = seq
 
     def _open(self) -> None:
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        if os.fstat(self._fd).st_size == 0:
-            # The file itself must survive a power cut: it is what says a
-            # mark exists. Its later updates need not (module docstring).
-            os.pwrite(self._fd, _encode(0), 0)
-            os.fsync(self._fd)
-            directory = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
-            self._seq = 0
-        else:
-            self._seq = _decode(os.pread(self._fd, _SIZE + 1, 0), self.path)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        try:
+            if os.fstat(fd).st_size == 0:
+                # The file itself must survive a power cut: it is what says a
+                # mark exists. Its later updates need not (module docstring).
+                os.pwrite(fd, _encode(0), 0)
+                os.fsync(fd)
+                directory = os.open(self.path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(directory)
+                finally:
+                    os.close(directory)
+                seq = 0
+            else:
+                seq = _decode(os.pread(fd, _SIZE + 1, 0), self.path)
+        except BaseException:
+            # A mark left empty reads as no mark; the handle must not leak.
+            os.close(fd)
+            raise
+        self._fd, self._seq = fd, seq
 
     def sync(self) -> None:
         """Makes the mark survive a power cut (called at snapshots and close)."""

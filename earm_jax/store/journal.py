@@ -67,6 +67,8 @@ from earm_jax.store.journal_format import (
     SCHEMA,
     DiskFullError,
     Transaction,
+    disk_full,
+    is_disk_full,
     lost_journal,
     write_marker,
 )
@@ -110,8 +112,9 @@ class Journal(SnapshotStore, ScoreStore):
         # Read before the journal: the mark is written after each commit, so
         # read in this order it is never ahead of a journal that lost nothing.
         mark = self._high_water.read()
+        opened: sqlite3.Connection | None = None
         try:
-            self._db = sqlite3.connect(
+            self._db = opened = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False
             )
             # Small pages: a query touches a few rows, and WAL writes whole pages.
@@ -129,10 +132,22 @@ class Journal(SnapshotStore, ScoreStore):
             self.damaged_scores = 0
             self._migrate()
             last = self.last_seq()
-        except sqlite3.DatabaseError as error:
-            raise CorruptFolderError(
-                f"{self.path}: not a readable SQLite journal ({error})"
-            ) from error
+        except BaseException as error:
+            # A journal that failed to open holds no handle: the same process
+            # can open it again (once space is back, say).
+            if opened is not None:
+                opened.close()
+            if isinstance(error, DiskFullError):
+                raise
+            if is_disk_full(error):
+                raise disk_full(
+                    self.path.parent, error, "the journal was not opened"
+                ) from error
+            if isinstance(error, sqlite3.DatabaseError):
+                raise CorruptFolderError(
+                    f"{self.path}: not a readable SQLite journal ({error})"
+                ) from error
+            raise
         if mark is not None and last < mark:
             self._db.close()
             raise CorruptFolderError(behind_mark(self.path, last, mark))
@@ -271,6 +286,30 @@ class Journal(SnapshotStore, ScoreStore):
             for row in payload.get("rows", []):
                 retired[int(row)] = seq
         return retired
+
+    def rewrite_query_payloads(
+        self, db: sqlite3.Connection, rewrite: Callable[[dict], dict]
+    ) -> int:
+        """Replaces each query operation's payload by ``rewrite(payload)``
+        where that differs (each row verified first, then checksummed anew);
+        returns how many changed. For redacting what a record keeps (its
+        query text, failure reasons), never what replay reads."""
+        changed = 0
+        rows = db.execute(
+            f"SELECT {_OP_COLUMNS} FROM ops WHERE kind='query' ORDER BY seq"
+        ).fetchall()
+        for fields in rows:
+            seq, kind, payload, data = self._op(fields)
+            new = rewrite(dict(payload))
+            if new == payload:
+                continue
+            text = json.dumps(new)
+            db.execute(
+                "UPDATE ops SET payload=?, checksum=? WHERE seq=?",
+                (text, row_checksum(seq, kind, text, data), seq),
+            )
+            changed += 1
+        return changed
 
     def query_op(self, index: int) -> tuple[int, str, dict, bytes | None] | None:
         """The verified operation of query ``index`` (``None`` if absent)."""

@@ -3,8 +3,10 @@ marker that tells a lost journal from a new folder, and its transactions."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -73,6 +75,46 @@ class DiskFullError(OSError):
     stored."""
 
 
+# An open folder's files are its owner's alone: memories are private data.
+FOLDER_MODE = 0o700
+FILE_MODE = 0o600
+
+
+def free_bytes(folder: str | os.PathLike[str]) -> str:
+    """``"<n> bytes free"`` on ``folder``'s file system (or that it is unknown)."""
+    try:
+        return f"{shutil.disk_usage(folder).free:,} bytes free"
+    except OSError:
+        return "free space unknown"
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether ``error`` says the disk (or a quota, or SQLite's size limit) is
+    full."""
+    if isinstance(error, OSError):
+        return error.errno in (errno.ENOSPC, errno.EDQUOT)
+    if isinstance(error, sqlite3.Error):
+        code = getattr(error, "sqlite_errorcode", None)
+        return code == sqlite3.SQLITE_FULL or "full" in str(error).lower()
+    return False
+
+
+def disk_full(
+    folder: str | os.PathLike[str], error: BaseException, consequence: str
+) -> BaseException:
+    """``error`` as a :class:`DiskFullError` naming ``folder``, its free bytes
+    and ``consequence`` (what the failed call left) when it says the disk is
+    full; otherwise ``error`` itself."""
+    if not is_disk_full(error):
+        return error
+    number = error.errno if isinstance(error, OSError) else errno.ENOSPC
+    return DiskFullError(
+        number,
+        f"{folder}: the disk is full ({free_bytes(folder)}): {consequence}. "
+        "Free some space and retry.",
+    )
+
+
 def lost_journal(folder: str | os.PathLike[str]) -> str | None:
     """Why ``folder`` cannot be opened as a retriever although it held one
     (its marker is there, its journal missing or empty), or ``None``."""
@@ -99,15 +141,20 @@ def write_marker(folder: str | os.PathLike[str]) -> None:
     if path.exists():
         return
     temporary = path.with_name(MARKER_NAME + ".tmp")
-    temporary.write_text(json.dumps({"format": FORMAT, "journal": JOURNAL_NAME}))
-    with open(temporary, "rb") as handle:
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-
-
-def _is_full(error: sqlite3.Error) -> bool:
-    code = getattr(error, "sqlite_errorcode", None)
-    return code == sqlite3.SQLITE_FULL or "full" in str(error).lower()
+    data = json.dumps({"format": FORMAT, "journal": JOURNAL_NAME}).encode()
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        raise disk_full(
+            path.parent, error, f"{MARKER_NAME} was not written; retry the open"
+        ) from error
 
 
 class Transaction:
@@ -149,17 +196,21 @@ class Transaction:
                 return
         if self.db.in_transaction:
             self.db.execute("ROLLBACK")
-        if isinstance(value, sqlite3.Error) and _is_full(value):
-            raise DiskFullError(
-                f"{self.path}: the disk is full: this call stored nothing and "
-                "changed nothing; every call acknowledged before it is stored. "
-                "Free some space and retry."
+        if isinstance(value, sqlite3.Error) and is_disk_full(value):
+            folder = self.path.parent if self.path is not None else "."
+            raise disk_full(
+                folder,
+                value,
+                f"{self.path} stored nothing and changed nothing in this call; "
+                "every call acknowledged before it is stored",
             ) from value
         if kind is None:
             raise value
 
 
 __all__ = [
+    "FILE_MODE",
+    "FOLDER_MODE",
     "FORMAT",
     "JOURNAL_NAME",
     "MARKER_NAME",
@@ -167,6 +218,9 @@ __all__ = [
     "SCHEMA",
     "DiskFullError",
     "Transaction",
+    "disk_full",
+    "free_bytes",
+    "is_disk_full",
     "lost_journal",
     "write_marker",
 ]

@@ -19,12 +19,23 @@ def text_hash(text: str) -> bytes:
 
 
 class ScoreStore:
-    """The paid-score half of :class:`~earm_jax.store.journal.Journal`."""
+    """The paid-score half of :class:`~earm_jax.store.journal.Journal`.
+
+    After :meth:`keep_scores_in_memory`, paid scores are held by this object
+    only (nothing keyed by a query's text reaches the disk); they are gone
+    when it is closed.
+    """
 
     path: Path
     _db: sqlite3.Connection
     _scorer_ids: dict[str, int]
     damaged_scores: int
+    _in_memory: dict[tuple[str, bytes, bytes], float] | None = None
+
+    def keep_scores_in_memory(self) -> None:
+        """From now on, scores are stored in memory, not in the journal."""
+        if self._in_memory is None:
+            self._in_memory = {}
 
     def scorer_id(self, db: sqlite3.Connection, key: str) -> int:
         if key not in self._scorer_ids:
@@ -41,6 +52,11 @@ class ScoreStore:
         """Stored scores of ``(query, memory)`` pairs (``None`` where unpaid)."""
         if not memories:
             return []
+        if self._in_memory is not None:
+            key = text_hash(query)
+            return [
+                self._in_memory.get((scorer_key, key, text_hash(m))) for m in memories
+            ]
         row = self._db.execute(
             "SELECT id FROM scorers WHERE key=?", (scorer_key,)
         ).fetchone()
@@ -74,6 +90,10 @@ class ScoreStore:
         """Stores paid ``(query, memory, value)`` scores in one transaction."""
         if not pairs:
             return
+        if self._in_memory is not None:
+            for q, m, v in pairs:
+                self._in_memory[(scorer_key, text_hash(q), text_hash(m))] = float(v)
+            return
         now = time.time()
         with self.transaction() as db:
             scorer = self.scorer_id(db, scorer_key)
@@ -92,13 +112,18 @@ class ScoreStore:
         (count,) = self._db.execute("SELECT COUNT(*) FROM scores").fetchone()
         return int(count)
 
-    @staticmethod
-    def forget_scores(db: sqlite3.Connection, texts: Sequence[str]) -> None:
-        """Deletes every paid score of a memory text in ``texts``."""
+    def forget_scores(self, db: sqlite3.Connection, texts: Sequence[str]) -> None:
+        """Deletes every paid score keyed by a text of ``texts``, as the
+        memory's text or as the query's (a query that quoted it word for
+        word), so no digest of those texts is left."""
+        hashes = {text_hash(text) for text in texts}
         db.executemany(
-            "DELETE FROM scores WHERE memory_hash=?",
-            [(text_hash(text),) for text in texts],
+            "DELETE FROM scores WHERE memory_hash=? OR query_hash=?",
+            [(h, h) for h in hashes],
         )
+        if self._in_memory is not None:
+            for key in [k for k in self._in_memory if hashes & {k[1], k[2]}]:
+                del self._in_memory[key]
 
     def drop_damaged_scores(self) -> int:
         """Deletes the paid scores whose row fails its checksum (they are paid

@@ -26,18 +26,16 @@ guarded files stay locked, so no second writer gets in.)
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import json
 import os
-import shutil
 import socket
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from earm_jax.store.journal_format import DiskFullError
+from earm_jax.store.journal_format import FILE_MODE, disk_full
 
 LOCK_NAME = "lock"
 
@@ -165,7 +163,7 @@ class FolderLock:
         for name in names:
             path = self.folder / name
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
             except OSError as error:
                 self._unlock_all()
                 raise _disk_full(self.folder, error) from error
@@ -245,22 +243,14 @@ class FolderLock:
 
 
 def _disk_full(folder: Path, error: BaseException) -> BaseException:
-    """``error`` as a :class:`DiskFullError` naming the folder and its free
+    """``error`` as a :class:`~earm_jax.store.journal_format.DiskFullError`
+    naming the folder and its free
     bytes when it is one (ENOSPC, EDQUOT); otherwise ``error`` itself."""
-    if not isinstance(error, OSError) or error.errno not in (
-        errno.ENOSPC,
-        errno.EDQUOT,
-    ):
-        return error
-    try:
-        free = f"{shutil.disk_usage(folder).free:,} bytes free"
-    except OSError:
-        free = "free space unknown"
-    return DiskFullError(
-        error.errno,
-        f"{folder}: the disk is full ({free}) while taking the folder's lock: "
-        "nothing was opened and the folder is not locked; free some space and "
-        "open it again",
+    return disk_full(
+        folder,
+        error,
+        "while taking the folder's lock; nothing was opened and the folder is "
+        "not locked",
     )
 
 

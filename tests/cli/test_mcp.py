@@ -196,7 +196,8 @@ def test_stdio_server_survives_sigkill(
     turns, questions = locomo_turns
     folder = tmp_path / "memory"
     # An embedding cache an earlier version kept beside the tenants (it
-    # outlived forgotten texts): removed at start, and none is made again.
+    # outlived forgotten texts): removed at start; each tenant caches in its
+    # own folder instead.
     stale = folder / ".embedding-cache"
     stale.mkdir(parents=True)
     (stale / "embeddings-old.sqlite").write_bytes(b"a forgotten text's vector")
@@ -219,7 +220,8 @@ def test_stdio_server_survives_sigkill(
     time.sleep(0.5)
     asyncio.run(_second_session(client_of, acknowledged, questions))
     assert not stale.exists()
-    assert not list(folder.rglob("embeddings-*.sqlite"))
+    caches = list(folder.rglob("embeddings-*.sqlite"))
+    assert [cache.parent for cache in caches] == [folder / "default"]
 
 
 def _free_port() -> int:

@@ -5,6 +5,7 @@ the journal can rebuild and names what it cannot; a lost journal is refused."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -27,10 +28,12 @@ from fakes import CONFIG, HashEmbedder, KeywordScorer, memories  # noqa: E402
 TEXT = "Zebra-unique-text-7781: Sam keeps a chess diary."
 META = "meta-unique-4242"
 QUERY = "Query-unique-5151 about chess?"
+# Query texts kept, so a flipped byte of one is in a payload to be found.
+KEEP = dataclasses.replace(CONFIG, query_retention="keep")
 
 
 def _open(folder):
-    return OnlineRetriever(folder, KeywordScorer(), HashEmbedder(), CONFIG)
+    return OnlineRetriever(folder, KeywordScorer(), HashEmbedder(), KEEP)
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +42,7 @@ def pristine(tmp_path_factory):
     6 queries (a snapshot after the 4th), every page in the main file."""
     folder = tmp_path_factory.mktemp("pristine") / "agent"
     scorer = KeywordScorer()
-    with OnlineRetriever(folder, scorer, HashEmbedder(), CONFIG) as retriever:
+    with OnlineRetriever(folder, scorer, HashEmbedder(), KEEP) as retriever:
         retriever.add(memories(12))
         retriever.add([TEXT], metadata=[{"note": META}], ids=["z"])
         retriever.query(QUERY)
