@@ -233,9 +233,11 @@ def locomo(
         bool,
         typer.Option(
             "--side-information",
-            help="Also run mixed_side and best_side: the completion learned "
-            "from the query's and memory's embeddings (shared weights, fitted "
-            "online) in place of the low-rank term.",
+            help="Also run mixed_side and best_side (the completion learned "
+            "from the query's and memory's embeddings, fitted online, in place "
+            "of the low-rank term) and learned_calls (Top-similarity's calls, "
+            "the later ones where a function of the embeddings learned from "
+            "the paid answers points).",
         ),
     ] = False,
     json_path: JsonPath = None,

@@ -82,8 +82,8 @@ def _expected_rate(model, ledger, rs, chosen):
     """Mean relevance rate of the chosen candidates (their table cells at the
     query's current found-state) and how many were chosen."""
     rate = model.rates(ledger)[model.bucket_of(rs.rank), model.found_state(ledger, rs)]
-    num_chosen = jnp.sum(chosen)
-    expected = jnp.sum(jnp.where(chosen, rate, 0.0)) / jnp.maximum(num_chosen, 1)
+    num_chosen = jnp.sum(chosen, dtype=rate.dtype)
+    expected = jnp.sum(jnp.where(chosen, rate, 0.0)) / jnp.maximum(num_chosen, 1.0)
     return expected, num_chosen
 
 

@@ -19,7 +19,10 @@ policies need no solver. ``policy_metrics`` turns rankings into per-query metric
 With a side-information model (``side=``, :mod:`earm_jax.core.side_information`)
 and a stream that carries embeddings, ``mixed_side`` (Mixed's anchors and calls,
 completed from the texts) and, with ``adaptive``, ``best_side`` (``best`` whose
-learned order reads that completion): :mod:`earm_jax.policies.side_information`.
+learned order reads that completion): :mod:`earm_jax.policies.side_information`;
+and ``learned_calls`` (Top-similarity's calls, the later ones where a function
+of the embeddings learned from the paid answers points):
+:mod:`earm_jax.policies.learned_calls`.
 
 With ``expand=E > 0`` an eighth (or ninth) policy ``mixed_expand``: Mixed's
 ranking of the pool plus ``E`` expansion slots, the eligible memories outside
@@ -47,6 +50,7 @@ from earm_jax.eval.metrics import ranking_metrics, ranking_positions
 from earm_jax.policies.adaptive import AdaptiveConfig, adaptive_policy, run_adaptive
 from earm_jax.policies.adaptive_history import run_adaptive_with_history
 from earm_jax.policies.anchors import top_similarity_anchors
+from earm_jax.policies.learned_calls import learned_calls, run_learned_calls
 from earm_jax.policies.side_information import run_best_side, run_mixed_side
 from earm_jax.types import Array, ArrayLike, PRNGKey
 
@@ -135,9 +139,9 @@ def compare_policies(
         ``"mixed_expand"`` (needs ``stream.relevant_memories``).
       expand_min_score: an outside memory takes a slot only with a completion
         at least this (``-inf``: no gate).
-      side: a side-information model; adds ``"mixed_side"`` (and
-        ``"best_side"`` with ``adaptive``); needs ``stream.query_embeddings``
-        and ``stream.memory_embeddings``.
+      side: a side-information model; adds ``"mixed_side"``,
+        ``"learned_calls"`` (and ``"best_side"`` with ``adaptive``); needs
+        ``stream.query_embeddings`` and ``stream.memory_embeddings``.
 
     Returns:
       ``{policy name: PolicyRanking}`` for every name in :data:`POLICIES`
@@ -250,6 +254,21 @@ def compare_policies(
             usable,
         )
         extra["mixed_side"] = PolicyRanking(mixed_side, usable, calls)
+        top_calls = jnp.sum(top_anchors, axis=-1, dtype=jnp.int32)
+        _, learned_paid = run_learned_calls(
+            learned_calls(),
+            stream.queries,
+            answers,
+            top_calls,
+            stream.query_embeddings,
+            stream.memory_embeddings,
+            usable,
+        )
+        extra["learned_calls"] = PolicyRanking(
+            anchors_first(answers, learned_paid, similarity),
+            usable,
+            jnp.sum(learned_paid, axis=-1, dtype=jnp.int32),
+        )
     return (
         extra
         | {

@@ -32,6 +32,8 @@ CONTRASTS = (
     ("mixed_side", "bias_only"),
     ("best_side", "best"),
     ("best_side", "top_similarity"),
+    ("learned_calls", "top_similarity"),
+    ("learned_calls", "best"),
 )
 """Paired contrasts reported, as (treatment, baseline). docs/policies.md: anchor
 contribution = observed - semantic; completion contribution = mixed - observed

@@ -51,11 +51,19 @@ def test_simulate_side_information_json(tmp_path):
         "best",
         "mixed_side",
         "best_side",
+        "learned_calls",
     }
-    for name in ("mixed_side-mixed", "mixed_side-bias_only", "best_side-best"):
+    for name in (
+        "mixed_side-mixed",
+        "mixed_side-bias_only",
+        "best_side-best",
+        "learned_calls-top_similarity",
+    ):
         assert name in payload["contrasts"]
     results = payload["results"]
     assert results["mixed_side"]["calls"] == results["mixed"]["calls"]
+    # Learned calls pay Top-similarity's calls, only elsewhere in the pool.
+    assert results["learned_calls"]["calls"] == results["top_similarity"]["calls"]
 
 
 def test_simulate_side_information_must_be_a_width():
