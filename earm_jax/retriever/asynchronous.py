@@ -214,6 +214,8 @@ class AsyncRetrieving:
     ) -> list[str]:
         """Memory texts the query's anchors need that are neither stored nor
         ``known``, were it recorded at ``index`` now (no state changes)."""
+        if self.similarity_only:
+            return []
         if self.ledger is None:
             ahead = self.state._replace(count=jnp.asarray(index, jnp.int32))
             _, rows, cached = self._prepare(text, pool, index, ahead)
