@@ -75,7 +75,7 @@ from earm_jax.retriever.growth import Growth
 from earm_jax.retriever.paying import Paying, failure_kind
 from earm_jax.retriever.recovery import Recovery
 from earm_jax.retriever.rounds import AdaptiveRounds
-from earm_jax.retriever.serial import serialized
+from earm_jax.retriever.serial import FairLock, serialized
 from earm_jax.retriever.table import MemoryTable
 from earm_jax.retriever.validation import (
     check_k,
@@ -173,7 +173,7 @@ class OnlineRetriever(
         )
         self._journal: Journal | None = None
         self._warming: set[tuple[int, int]] = set()
-        self._mutex = threading.RLock()
+        self._mutex = FairLock()
         self._warm_thread: threading.Thread | None = None
         self._usage_totals: list[int] | None = None
         self._init_async()
