@@ -31,6 +31,11 @@ concurrent queries overlaps; the recording of each stays serialised):
 
     python benchmarks/bench_retriever.py --async \
         --out benchmarks/results/retriever_async.json
+
+With ``--async`` it also measures, per preset, ``aquery``'s latency alone and
+beside ``--writers`` (3) threads that loop on the writer (``update`` of a
+memory's metadata), and the most lock turns one of its lock requests waited
+(the retriever's lock serves threads and coroutines in arrival order).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -309,6 +315,82 @@ def run_async(
     }
 
 
+def run_beside_writers(
+    num_memories: int,
+    num_queries: int,
+    writers: int,
+    preset: str,
+    delay_s: float,
+    folder: Path,
+) -> dict:
+    """``aquery`` latency alone, then beside ``writers`` threads looping on
+    ``update``; and the lock turns its requests waited for there."""
+    config = dataclasses.replace(RetrieverConfig(), preset=preset)
+    scorer = SlowScorer(delay_s)
+    texts = [f"memory {i} about topic {i % 97}" for i in range(num_memories)]
+    questions = [f"question {i} on topic {i % 89}" for i in range(2 * num_queries + 5)]
+    with OnlineRetriever(folder, scorer, TableEmbedder(), config) as retriever:
+        ids = retriever.add(texts)
+        for question in questions[:5]:  # compile and warm up
+            retriever.query(question)
+        lock = retriever._mutex
+        original = lock.acquire_async
+        waits: list[int] = []
+
+        async def counted() -> int:
+            waited = await original()
+            waits.append(waited)
+            return waited
+
+        lock.acquire_async = counted
+
+        def latencies(batch: list[str]) -> list[float]:
+            out = []
+            for question in batch:
+                started = time.perf_counter()
+                asyncio.run(retriever.aquery(question))
+                out.append(time.perf_counter() - started)
+            return out
+
+        alone = latencies(questions[5 : 5 + num_queries])
+        waits_alone = list(waits)
+        waits.clear()
+        stop = threading.Event()
+        writes = [0] * writers
+
+        def writer(n: int) -> None:
+            while not stop.is_set():
+                retriever.update(ids[n], metadata={"turn": writes[n]})
+                writes[n] += 1
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(writers)]
+        for thread in threads:
+            thread.start()
+        try:
+            beside = latencies(questions[5 + num_queries :])
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join()
+        lock.acquire_async = original
+
+    def median_ms(values: list[float]) -> float:
+        return round(float(np.median(values)) * 1e3, 2)
+
+    return {
+        "preset": preset,
+        "memories": num_memories,
+        "queries": num_queries,
+        "writers": writers,
+        "aquery_ms_alone_median": median_ms(alone),
+        "aquery_ms_beside_writers_median": median_ms(beside),
+        "slowdown": round(float(np.median(beside) / np.median(alone)), 2),
+        "lock_turns_waited_max_alone": max(waits_alone, default=0),
+        "lock_turns_waited_max_beside_writers": max(waits, default=0),
+        "writer_calls_during": int(sum(writes)),
+    }
+
+
 def main_async(args, argv) -> None:
     results: list[dict] = []
     payload = {
@@ -347,6 +429,22 @@ def main_async(args, argv) -> None:
         payload.setdefault("speedup", {})[preset] = round(speedup, 2)
     write_json(payload, args.out)
     print(json.dumps(payload["speedup"]), flush=True)
+    for preset in args.presets:
+        folder = Path(tempfile.mkdtemp(prefix="bench-fair-"))
+        try:
+            row = run_beside_writers(
+                args.memories[0],
+                args.fair_queries,
+                args.writers,
+                preset,
+                args.scorer_ms / 1e3,
+                folder,
+            )
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        payload.setdefault("beside_writers", []).append(row)
+        write_json(payload, args.out)
+        print(json.dumps(row), flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -386,6 +484,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--presets", nargs="+", default=["paper", "best"])
     parser.add_argument(
+        "--writers",
+        type=int,
+        default=3,
+        help="--async: threads looping on the writer beside aquery",
+    )
+    parser.add_argument(
+        "--fair-queries",
+        type=int,
+        default=20,
+        help="--async: aquery calls alone and beside the writers",
+    )
+    parser.add_argument(
         "--note", default=None, help="recorded in the JSON (e.g. the machine's load)"
     )
     parser.add_argument("--out", default=None)
@@ -393,6 +503,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.async_mode:
         if args.quick:
             args.memories, args.queries = [300], 48
+            args.fair_queries = min(args.fair_queries, 5)
         elif args.memories == [1000, 10000]:
             args.memories, args.queries = [1000], min(args.queries, 320)
         main_async(args, argv)

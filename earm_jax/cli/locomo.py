@@ -168,6 +168,13 @@ def locomo(
             "on (refused by default: their scores flatter it)."
         ),
     ] = False,
+    force_weak_scorer: Annotated[
+        bool,
+        typer.Option(
+            help="cross-encoder: use a trained scorer whose manifest measured "
+            "Full Recall@10 at or below Semantic's (refused by default)."
+        ),
+    ] = False,
     scores: Annotated[
         str,
         typer.Option(
@@ -318,6 +325,7 @@ def locomo(
         scorer_mode=scorer_mode,
         scorer_backend=backend,
         allow_in_sample=allow_in_sample,
+        force_weak_scorer=force_weak_scorer,
         score_cache=str(score_cache) if score_cache else None,
         answer=answer,
         answer_base_url=answer_base_url,
@@ -425,7 +433,7 @@ def _run(job, progress):
 
     kinds: tuple[type[BaseException], ...] = ()
     if job.scorer == "cross-encoder":
-        from earm_jax.scoring.scorer_manifest import InSampleError
+        from earm_jax.scoring.scorer_manifest import InSampleError, WeakScorerError
 
         with user_errors(
             "install the extra: pip install 'earm_jax[embed]'", ImportError
@@ -434,10 +442,13 @@ def _run(job, progress):
                 "check --scorer-model: a folder written by `earm train-scorer` or a "
                 "one-label cross-encoder folder"
             ):
-                with user_errors(
-                    "evaluate on conversations the scorer never saw, or pass "
-                    "--allow-in-sample",
-                    InSampleError,
+                with (
+                    user_errors(
+                        "evaluate on conversations the scorer never saw, or pass "
+                        "--allow-in-sample",
+                        InSampleError,
+                    ),
+                    user_errors("", WeakScorerError),
                 ):
                     return run_locomo_job(job, progress=progress)
     if job.scorer == "recorded":

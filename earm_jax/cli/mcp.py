@@ -36,6 +36,64 @@ def parse_host_port(value: str) -> tuple[str, int]:
     return match["host"].strip("[]"), int(match["port"])
 
 
+SIMILARITY_MODE_NOTE = (
+    "earm mcp: similarity mode: no scorer, so recall returns the memories "
+    "most similar to the query (score (1 + cosine) / 2) and calls no scorer; "
+    "pass --scorer-model DIR or --scorer-url URL to rerank"
+)
+
+
+def check_scorer(
+    model: Path | None,
+    url: str | None,
+    name: str | None,
+    backend: str = "torch-float32",
+    force_weak: bool = False,
+) -> None:
+    """Checks the scorer flags (nothing is loaded or created): one scorer or
+    none (similarity mode), and a trained-scorer folder its manifest does not
+    measure at or below similarity, unless ``force_weak``."""
+    if model is not None and url is not None:
+        raise UserError(
+            "--scorer-model and --scorer-url contradict",
+            "pass one of them (or neither, for similarity mode)",
+        )
+    if model is None and url is None:
+        if name or backend != "torch-float32" or force_weak:
+            raise UserError(
+                "--scorer-name, --scorer-backend and --force-weak-scorer need a scorer",
+                "add --scorer-model DIR or --scorer-url URL, or drop them",
+            )
+        return
+    if model is not None:
+        from earm_jax.scoring.scorer_manifest import (
+            WeakScorerError,
+            open_scorer_folder,
+        )
+
+        with user_errors("pass a one-label cross-encoder folder"):
+            folder = open_scorer_folder(model)
+        with user_errors("", WeakScorerError):
+            folder.check_strength(force_weak, "--force-weak-scorer")
+        return
+    if force_weak:
+        raise UserError(
+            "--force-weak-scorer is for --scorer-model (a trained-scorer "
+            "folder), not --scorer-url",
+            "drop --force-weak-scorer",
+        )
+    if backend != "torch-float32":
+        raise UserError(
+            f"--scorer-backend {backend} is for --scorer-model (in process), not "
+            "--scorer-url",
+            "drop --scorer-backend (the server picks its own precision)",
+        )
+    if not name:
+        raise UserError(
+            "--scorer-url needs --scorer-name", "the model name the server serves"
+        )
+
+
 def _scorer(
     model: Path | None,
     url: str | None,
@@ -43,12 +101,8 @@ def _scorer(
     mode: str,
     backend: str = "torch-float32",
 ):
-    if (model is None) == (url is None):
-        raise UserError(
-            "earm mcp needs one scorer: --scorer-model DIR or --scorer-url URL",
-            "pass a cross-encoder folder (e.g. one written by `earm train-scorer`) "
-            "or a vLLM server's URL with --scorer-name",
-        )
+    """The scorer :func:`check_scorer` accepted; ``None`` (similarity mode)
+    when the flags name none."""
     if model is not None:
         from earm_jax.scoring.cross_encoder import (
             CrossEncoderScorer,
@@ -60,16 +114,8 @@ def _scorer(
                 model,
                 CrossEncoderSettings(backend=backend),  # type: ignore[arg-type]
             )
-    if backend != "torch-float32":
-        raise UserError(
-            f"--scorer-backend {backend} is for --scorer-model (in process), not "
-            "--scorer-url",
-            "drop --scorer-backend (the server picks its own precision)",
-        )
-    if not name:
-        raise UserError(
-            "--scorer-url needs --scorer-name", "the model name the server serves"
-        )
+    if url is None:
+        return None
     from earm_jax.scoring.vllm import ScorerConfigError, connect
 
     with user_errors("start the server or fix --scorer-url", ScorerConfigError):
@@ -161,6 +207,14 @@ def register(app: typer.Typer) -> None:
         scorer_name: Annotated[
             str | None, typer.Option(help="The model --scorer-url serves.")
         ] = None,
+        force_weak_scorer: Annotated[
+            bool,
+            typer.Option(
+                "--force-weak-scorer",
+                help="Serve a --scorer-model whose manifest measured Full "
+                "Recall@10 at or below Semantic's (refused by default).",
+            ),
+        ] = False,
         scorer_mode: ScorerMode = "yesno",
         scorer_backend: ScorerBackend = None,
         scorer_dtype: ScorerDtype = None,
@@ -211,7 +265,9 @@ def register(app: typer.Typer) -> None:
         ] = 100,
     ) -> None:
         """Serves the memory tools remember, recall, update, forget, get and
-        stats over MCP (stdio, or streamable HTTP with --http)."""
+        stats over MCP (stdio, or streamable HTTP with --http). Without
+        --scorer-model or --scorer-url it runs in similarity mode: memories in
+        embedding-similarity order, no scorer calls."""
         from earm_jax.retriever.mcp_http import TokenFileError, TokenFileVerifier
         from earm_jax.retriever.mcp_server import build_server
         from earm_jax.retriever.tenants import TenantRetrievers, tenant_folder
@@ -231,9 +287,10 @@ def register(app: typer.Typer) -> None:
                 verifier = TokenFileVerifier(tokens)
         with user_errors("use letters, digits and @+._- for --tenant"):
             tenant_folder(folder, tenant)
+        backend = resolve_scorer_backend(scorer_backend, scorer_dtype)
+        check_scorer(scorer_model, scorer_url, scorer_name, backend, force_weak_scorer)
         root_lock = _lock_root(folder)
         try:
-            backend = resolve_scorer_backend(scorer_backend, scorer_dtype)
             scorer = _scorer(
                 scorer_model, scorer_url, scorer_name, scorer_mode, backend
             )
@@ -259,6 +316,8 @@ def register(app: typer.Typer) -> None:
                 max_tenants=max_tenants,
                 embedding_cache=True,
             )
+            if scorer is None:
+                print(SIMILARITY_MODE_NOTE, file=sys.stderr)
             try:
                 if verifier is None:  # with tokens, each token names its tenants
                     with user_errors(
@@ -362,4 +421,10 @@ def register(app: typer.Typer) -> None:
     app.add_typer(token_app, name="mcp-token")
 
 
-__all__ = ["check_access", "parse_host_port", "register"]
+__all__ = [
+    "SIMILARITY_MODE_NOTE",
+    "check_access",
+    "check_scorer",
+    "parse_host_port",
+    "register",
+]

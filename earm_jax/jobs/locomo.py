@@ -80,6 +80,7 @@ class LocomoJob:
     scorer_mode: str = "yesno"
     scorer_backend: str = "torch-float32"
     allow_in_sample: bool = False
+    force_weak_scorer: bool = False
     score_cache: str | None = None
     answer: bool = False
     answer_base_url: str | None = None

@@ -64,7 +64,8 @@ def cross_encoder_scorers(
 ) -> PaidScorers:
     """One in-process cross-encoder per fold folder, chosen per conversation by
     the trained-scorer manifest; a conversation the model trained on is refused
-    unless ``allow_in_sample``."""
+    unless ``allow_in_sample``, and a scorer its manifest measured no better
+    than similarity unless ``force_weak_scorer``."""
     from earm_jax.locomo.training_data import conversation_digest
     from earm_jax.scoring.cache import CachedScorer, ScoreCache
     from earm_jax.scoring.cross_encoder import CrossEncoderSettings
@@ -86,6 +87,9 @@ def cross_encoder_scorers(
             f"{', '.join(in_sample)}: their scores would flatter it (pass "
             "allow_in_sample / --allow-in-sample to score them anyway)"
         )
+    folder.check_strength(
+        job.force_weak_scorer, "force_weak_scorer / --force-weak-scorer"
+    )
     cache = ScoreCache(job.score_cache or default_cache_dir() / "scores.sqlite")
     settings = CrossEncoderSettings(backend=job.scorer_backend)  # type: ignore[arg-type]
     by_folder: dict[str, Any] = {}

@@ -34,8 +34,11 @@ loop, and its pairs fail after ``config.scorer_timeout``). Embedding and the
 solver's steps run on the event loop (they take milliseconds).
 
 The retriever's lock is shared with the synchronous API (threads and
-coroutines may mix); a coroutine never blocks the event loop waiting for it
-and never awaits while holding it.
+coroutines may mix) and serves both in arrival order
+(:class:`~earm_jax.retriever.serial.FairLock`): a coroutine beside threads
+that loop on the writer waits for the calls queued before its own, never for
+every call they make after. A coroutine never blocks the event loop waiting
+for it and never awaits while holding it.
 """
 
 from __future__ import annotations
@@ -153,12 +156,11 @@ class AsyncRetrieving:
 
     async def _locked(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         """``fn(*args, **kwargs)`` under the retriever's lock, taken without
-        blocking the event loop. ``fn`` is synchronous: nothing awaits while
-        the lock is held, so no other coroutine of this thread can enter."""
-        delay = 1e-4
-        while not self._mutex.acquire(blocking=False):
-            await asyncio.sleep(delay)
-            delay = min(2 * delay, 5e-3)
+        blocking the event loop, in its turn among the threads and coroutines
+        that asked before (:class:`~earm_jax.retriever.serial.FairLock`).
+        ``fn`` is synchronous: nothing awaits while the lock is held, so no
+        other coroutine of this thread can enter."""
+        await self._mutex.acquire_async()
         try:
             return fn(*args, **kwargs)
         finally:
@@ -214,6 +216,8 @@ class AsyncRetrieving:
     ) -> list[str]:
         """Memory texts the query's anchors need that are neither stored nor
         ``known``, were it recorded at ``index`` now (no state changes)."""
+        if self.similarity_only:
+            return []
         if self.ledger is None:
             ahead = self.state._replace(count=jnp.asarray(index, jnp.int32))
             _, rows, cached = self._prepare(text, pool, index, ahead)

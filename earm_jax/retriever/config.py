@@ -12,6 +12,7 @@ import numpy as np
 from earm_jax.base import Policy
 from earm_jax.policies import top_similarity_policy
 from earm_jax.policies.budget import constant_budget
+from earm_jax.scoring.base import ScorerIdentity
 from earm_jax.settings import PRESETS, EarmSettings
 
 MemoryId = int | str
@@ -29,6 +30,20 @@ RUNTIME_FIELDS = (
 )
 
 QUERY_RETENTIONS = ("keep", "hash-only", "none")
+
+NO_SCORER = ScorerIdentity(kind="none", model="similarity order")
+"""The scorer identity a folder opened with ``scorer=None`` records: its
+queries were ranked by similarity alone, so no scorer's experience is in it."""
+
+
+def similarity_score(similarity: np.ndarray) -> np.ndarray:
+    """A cosine similarity shown as a score in [0, 1]: ``(1 + cos) / 2``
+    (clipped, for a caller-given similarity outside [-1, 1]).
+
+    >>> similarity_score(np.array([-1.0, 0.0, 0.5, 3.0])).tolist()
+    [0.0, 0.5, 0.75, 1.0]
+    """
+    return np.clip((1.0 + np.asarray(similarity, np.float64)) / 2.0, 0.0, 1.0)
 
 
 RETRIEVER_PRESETS = ("best", "top_similarity", "paper")
@@ -204,7 +219,10 @@ class Retrieved:
         anchored at this query, else the completion's estimate of it (the
         solver's mixed score). The order is the policy's: ``best`` ranks every
         paid answer above the unpaid candidates, so a score need not fall
-        along ``ranked_ids``.
+        along ``ranked_ids``. Without a scorer (similarity mode) it is the
+        query's cosine similarity with the memory mapped to [0, 1],
+        ``(1 + cos) / 2`` (:func:`similarity_score`), and the order is that
+        similarity's.
       anchored: whether each was scored directly at this query.
       calls: pairs sent to the scorer for this query (unpaid before).
       cache_hits: anchors answered from scores paid earlier.
@@ -255,4 +273,12 @@ class Usage:
     full_pool_calls: int
 
 
-__all__ = ["Memory", "MemoryId", "Retrieved", "RetrieverConfig", "Usage"]
+__all__ = [
+    "NO_SCORER",
+    "Memory",
+    "MemoryId",
+    "Retrieved",
+    "RetrieverConfig",
+    "Usage",
+    "similarity_score",
+]

@@ -12,8 +12,14 @@ default tenant):
   text as ``forget`` does);
 * ``forget(ids)``: deletes memories (never returned again, gone from disk);
 * ``get(ids)``: the memories ``ids``;
-* ``stats()``: memories, queries, scorer calls paid, and the calls a reranker
-  scoring every candidate of every query would have paid.
+* ``stats()``: memories, queries, scorer calls paid, the calls a reranker
+  scoring every candidate of every query would have paid, and the ranking
+  mode (``"scorer"``, or ``"similarity"`` when the server has no scorer).
+
+A memory's ``score`` in a ``recall`` is in [0, 1]: the scorer's answer where
+it was paid at this query, else the retriever's estimate of it; in similarity
+mode (no scorer, no calls) the cosine similarity of query and memory mapped to
+[0, 1] as ``(1 + cos) / 2``, and the memories are in that similarity's order.
 
 A tenant is a folder ``FOLDER/<tenant>/`` of a
 :class:`~earm_jax.retriever.tenants.TenantRetrievers`: one tenant never sees
@@ -282,11 +288,16 @@ def build_server(
 
     @server.tool()
     async def stats(tenant: Tenant = None) -> dict[str, Any]:
-        """Memories, queries, scorer calls paid, and what scoring every
-        candidate of every query would have paid."""
+        """Memories, queries, scorer calls paid, what scoring every candidate
+        of every query would have paid, and the ranking mode ("scorer", or
+        "similarity": no scorer, memories in embedding-similarity order)."""
 
-        used = await call(tenant, lambda r: r.ausage())
+        async def read(retriever: OnlineRetriever) -> tuple[Any, bool]:
+            return await retriever.ausage(), retriever.similarity_only
+
+        used, similarity_only = await call(tenant, read)
         return {
+            "mode": "similarity" if similarity_only else "scorer",
             "memories": used.memories,
             "queries": used.queries,
             "calls_paid": used.calls,

@@ -63,12 +63,19 @@ from earm_jax.base import NOT_INSERTED, Observation, Query
 from earm_jax.retriever.asynchronous import AsyncRetrieving
 from earm_jax.retriever.candidates import CandidatePools
 from earm_jax.retriever.compiled import functions_for
-from earm_jax.retriever.config import MemoryId, Retrieved, RetrieverConfig, is_int
+from earm_jax.retriever.config import (
+    NO_SCORER,
+    MemoryId,
+    Retrieved,
+    RetrieverConfig,
+    is_int,
+    similarity_score,
+)
 from earm_jax.retriever.growth import Growth
 from earm_jax.retriever.paying import Paying, failure_kind
 from earm_jax.retriever.recovery import Recovery
 from earm_jax.retriever.rounds import AdaptiveRounds
-from earm_jax.retriever.serial import serialized
+from earm_jax.retriever.serial import FairLock, serialized
 from earm_jax.retriever.table import MemoryTable
 from earm_jax.retriever.validation import (
     check_k,
@@ -108,7 +115,11 @@ class OnlineRetriever(
         recovery, if it holds a retriever already).
       scorer: the relevance scorer; its ``identity`` is recorded, and reopening
         with another scorer identity raises (its scores would mix with the
-        stored ones): use a new folder for a new scorer.
+        stored ones): use a new folder for a new scorer. ``None``: similarity
+        mode, for trying the retriever without a scorer: no scorer is ever
+        called, a query returns its ``k`` most similar memories, each scored
+        ``(1 + cos) / 2`` (the folder records no scorer, so it stays a
+        similarity-mode folder).
       embedder: text embedder; its identity (``identity`` if it has one,
         its width, its vector of a fixed probe text) is recorded at creation,
         and reopening with another model raises, like another scorer.
@@ -138,7 +149,7 @@ class OnlineRetriever(
                 f"config must be a RetrieverConfig, got {type(config).__name__}"
             )
         for name, thing, needed in (
-            ("scorer", scorer, ("identity", "score_many")),
+            ("scorer", scorer, () if scorer is None else ("identity", "score_many")),
             ("embedder", embedder, ("embed",)),
         ):
             missing = [n for n in needed if not hasattr(thing, n)]
@@ -162,7 +173,7 @@ class OnlineRetriever(
         )
         self._journal: Journal | None = None
         self._warming: set[tuple[int, int]] = set()
-        self._mutex = threading.RLock()
+        self._mutex = FairLock()
         self._warm_thread: threading.Thread | None = None
         self._usage_totals: list[int] | None = None
         self._init_async()
@@ -205,7 +216,7 @@ class OnlineRetriever(
 
     def _apply_query(self, query: Query, observation: Observation):
         self._ensure_room(self._rows_applied, self._count + 1)
-        if self.ledger is not None:
+        if self.ledger is not None and not self.similarity_only:
             # Replay the rounds with the recorded answers: the same requests,
             # hence the same ledger, as when the query ran.
             values = np.asarray(observation.values)
@@ -224,6 +235,14 @@ class OnlineRetriever(
     def _check_open(self) -> None:
         if self._journal is None:
             raise ValueError(f"the retriever of {self.directory} is closed")
+
+    @property
+    def similarity_only(self) -> bool:
+        """Whether this retriever has no scorer (similarity mode): its queries
+        are ranked by similarity alone and never call a scorer."""
+        # By the folder's record, so that check and repair, which open a
+        # folder with a stand-in scorer, replay it as it ran.
+        return self._scorer_key == NO_SCORER.key()
 
     @property
     def num_queries(self) -> int:
@@ -257,6 +276,12 @@ class OnlineRetriever(
         # (best's merge keys order candidates but are not scores).
         shown = np.asarray(info.scores)
         budget = int(info.budget if adaptive is None else adaptive[1].limit)
+        if self.similarity_only:
+            # With no answer anywhere the completion knows nothing: similarity
+            # is the only evidence, so it both ranks and is shown.
+            scores = np.asarray(query.similarity, np.float32)
+            shown = similarity_score(query.similarity)
+            budget = 0
         valid = np.asarray(query.valid)
         candidates = np.asarray(query.candidates)
         positions_ranked = [
@@ -366,6 +391,8 @@ class OnlineRetriever(
         """
         index = self._count
         self._ensure_room(self._rows_applied, index + 1)
+        if self.similarity_only:
+            return self._finish(text, query, [], [], [], k, 0, 0)
         if self.ledger is not None:
             return self._answer_adaptive(text, query, k, known, prepaid)
         positions, rows, cached = self._prepare(text, query, index, self.state)
@@ -423,9 +450,10 @@ class OnlineRetriever(
             raise ValueError("the retriever holds no memory yet: add() some first")
         vectors = self._embed_queries(texts, "texts")
         pools = [self._pool_from_vector(v, None) for v in vectors]
-        if self.ledger is not None:
+        if self.ledger is not None or self.similarity_only:
             # The best preset's rounds depend on the answers of earlier rounds:
-            # no anchors can be planned ahead, so the queries run in turn.
+            # no anchors can be planned ahead, so the queries run in turn
+            # (without a scorer there is nothing to plan).
             return [
                 self._answer(text, pool, k)
                 for text, pool in zip(texts, pools, strict=True)

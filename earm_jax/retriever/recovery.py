@@ -24,7 +24,12 @@ from earm_jax.retriever.compiled import (
     solver_config_of,
     track,
 )
-from earm_jax.retriever.config import RUNTIME_FIELDS, RetrieverConfig, runtime_of
+from earm_jax.retriever.config import (
+    NO_SCORER,
+    RUNTIME_FIELDS,
+    RetrieverConfig,
+    runtime_of,
+)
 from earm_jax.retriever.paying import failure_kind
 from earm_jax.retriever.resident import trim_heap
 from earm_jax.retriever.serial import serialized
@@ -63,7 +68,7 @@ class Recovery:
         self._journal = journal = Journal(
             self.directory, runtime.synchronous, guard=self._lock.verify
         )
-        scorer_key = scorer.identity.key()
+        scorer_key = (NO_SCORER if scorer is None else scorer.identity).key()
         stored_format = journal.get_meta("format")
         if stored_format is None:
             if journal.last_seq() > 0 or (self.directory / MARKER_NAME).exists():
@@ -128,6 +133,18 @@ class Recovery:
                 base, **{n: getattr(runtime, n) for n in RUNTIME_FIELDS}
             )
             stored_scorer = journal.get_meta("scorer")
+            if scorer is None and stored_scorer != scorer_key:
+                raise ValueError(
+                    f"{self.directory} was created with scorer {stored_scorer!r}: "
+                    "it cannot be opened without one (similarity mode keeps a "
+                    "folder of its own); pass that scorer, or use a new folder"
+                )
+            if stored_scorer == NO_SCORER.key() != scorer_key:
+                raise ValueError(
+                    f"{self.directory} was created in similarity mode (no "
+                    "scorer): open it without a scorer, or use a new folder for "
+                    "this scorer"
+                )
             if stored_scorer != scorer_key:
                 raise ValueError(
                     f"{self.directory} holds the experience of scorer "

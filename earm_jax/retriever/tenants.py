@@ -71,7 +71,8 @@ class TenantRetrievers:
 
     Args:
       root: the folder that holds one sub-folder per tenant.
-      scorer: shared by every tenant's retriever.
+      scorer: shared by every tenant's retriever (``None``: similarity mode,
+        no scorer calls; see :class:`OnlineRetriever`).
       embedder: shared by every tenant's retriever.
       config: shared by every tenant's retriever.
       max_open: the most tenants open at once (``None``: no cap). Calls that
@@ -87,7 +88,7 @@ class TenantRetrievers:
     def __init__(
         self,
         root: str | os.PathLike[str],
-        scorer: Scorer,
+        scorer: Scorer | None,
         embedder: TextEmbedder,
         config: RetrieverConfig | None = None,
         *,

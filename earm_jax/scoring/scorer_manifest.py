@@ -25,6 +25,10 @@ class InSampleError(ValueError):
     """A conversation would be scored by a model that was trained on it."""
 
 
+class WeakScorerError(ValueError):
+    """A trained scorer whose manifest measured it no better than similarity."""
+
+
 @dataclasses.dataclass(frozen=True)
 class FoldChoice:
     """Which model scores a conversation.
@@ -65,6 +69,60 @@ class TrainedScorerFolder:
             return None
         name = self.manifest.get("profiles", {}).get(setting)
         return None if name is None else self.root / name
+
+    def recall_at_10(self) -> list[tuple[str, str, float, float]]:
+        """What the manifest measured of this scorer against similarity:
+        ``(where, setting, Full Recall@10, Semantic Recall@10)`` for each
+        memory setting, over the cross-fitted pools when the build has them
+        (every pool scored by a model that never saw it), else over each
+        fold's held-back questions. Empty for a plain model folder or a
+        manifest that measured nothing."""
+        if self.manifest is None:
+            return []
+        found = []
+        cross_fitted = self.manifest.get("cross_fitted_quality") or {}
+        if cross_fitted:
+            sources = [("cross-fitted", cross_fitted)]
+        else:
+            sources = [
+                (f"{fold.get('name', '?')} held-back questions", quality)
+                for fold in self.folds
+                if (quality := fold.get("held_back_quality"))
+            ]
+        for where, quality in sources:
+            for setting, row in sorted(quality.items()):
+                recall = (row or {}).get("recall@10") or {}
+                full, semantic = recall.get("full"), recall.get("semantic")
+                if isinstance(full, int | float) and isinstance(semantic, int | float):
+                    found.append((where, setting, float(full), float(semantic)))
+        return found
+
+    def check_strength(self, force: bool = False, switch: str = "force") -> None:
+        """Refuses a scorer its own manifest measured at or below similarity.
+
+        A reranker whose Full Recall@10 (every candidate scored) is no higher
+        than Semantic's (the similarity order, no calls) would make every
+        answer worse for what it costs.
+
+        Args:
+          force: use it anyway (a test fixture, a study of weak scorers).
+          switch: how the caller names ``force`` in the error.
+
+        Raises:
+          WeakScorerError: naming both numbers, where they were measured, and
+            the fix.
+        """
+        if force:
+            return
+        for where, setting, full, semantic in self.recall_at_10():
+            if full <= semantic:
+                raise WeakScorerError(
+                    f"scorer {str(self.root)!r} ranks no better than similarity: "
+                    f"its manifest records Full Recall@10 {full:.3f} <= Semantic "
+                    f"{semantic:.3f} ({where}, {setting}); train a stronger one "
+                    f"(more conversations or steps), or pass {switch} to use it "
+                    "anyway"
+                )
 
     def choose(self, digest: str) -> FoldChoice:
         """The model for the conversation whose content digest is ``digest``."""
@@ -173,6 +231,7 @@ __all__ = [
     "FoldChoice",
     "InSampleError",
     "TrainedScorerFolder",
+    "WeakScorerError",
     "model_scorer",
     "open_scorer_folder",
 ]

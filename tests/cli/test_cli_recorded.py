@@ -146,6 +146,8 @@ def test_locomo_replays_them_with_no_model(
             str(folder),
             "--score-cache",
             str(cache),
+            # The fixture is trained for seconds: weaker than similarity.
+            "--force-weak-scorer",
         )
         == 0
     )

@@ -6,7 +6,9 @@ Over HTTP: no valid bearer token is 401, a token reaches only its tenants, a
 foreign Host or Origin is refused, 1,000 tenant names open at most the cap and
 create at most --max-tenants folders, a second server on the folder is one
 line. The scorer is an in-process cross-encoder folder (tiny, random weights:
-the protocol is tested here, not the ranking)."""
+the protocol is tested here, not the ranking); without one the server runs in
+similarity mode and says so; a trained-scorer folder whose manifest measured
+it below similarity is refused unless forced."""
 
 from __future__ import annotations
 
@@ -75,15 +77,16 @@ def _env(compilation_cache: Path) -> dict[str, str]:
     return env
 
 
-def _command(folder: Path, model: Path, *extra: str) -> list[str]:
+def _command(folder: Path, model: Path | None, *extra: str) -> list[str]:
+    """The server's command line (``model=None``: similarity mode)."""
+    scorer = [] if model is None else ["--scorer-model", str(model)]
     return [
         sys.executable,
         "-m",
         "earm_jax.cli.main",
         "mcp",
         str(folder),
-        "--scorer-model",
-        str(model),
+        *scorer,
         *extra,
     ]
 
@@ -231,7 +234,7 @@ def _free_port() -> int:
 
 
 def _start_http(
-    folder: Path, model: Path, compilation_cache: Path, *extra: str
+    folder: Path, model: Path | None, compilation_cache: Path, *extra: str
 ) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     log = folder.parent / f"server-{port}.log"
@@ -295,7 +298,10 @@ def test_streamable_http_server_survives_sigkill(
 def test_scorer_flags_are_checked(tmp_path):
     from earm_jax.cli.main import run
 
-    assert run(["mcp", str(tmp_path)]) == 2
+    # No scorer flag is similarity mode (served below); two are refused.
+    both = ["--scorer-model", str(tmp_path), "--scorer-url", "http://127.0.0.1:9"]
+    assert run(["mcp", str(tmp_path), *both]) == 2
+    assert run(["mcp", str(tmp_path), "--scorer-name", "m"]) == 2
     assert run(["mcp", str(tmp_path), "--scorer-url", "http://127.0.0.1:9"]) == 2
     assert run(["mcp", str(tmp_path), "--scorer-model", str(tmp_path / "no")]) == 2
     assert run(["mcp", str(tmp_path), "--http", "nonsense"]) == 2
@@ -311,6 +317,75 @@ def test_scorer_flags_are_checked(tmp_path):
     ):
         assert run(["mcp", str(tmp_path / "m"), *access]) == 2, access
     assert not (tmp_path / "m").exists()
+
+
+def test_similarity_mode_says_so_and_calls_no_scorer(
+    tmp_path, locomo_turns, compilation_cache
+):
+    from earm_jax.cli.mcp import SIMILARITY_MODE_NOTE
+
+    turns, questions = locomo_turns
+    folder = tmp_path / "memory"
+    process, url = _start_http(folder, None, compilation_cache)
+
+    async def session() -> tuple[dict, dict]:
+        async with Client(url, read_timeout_seconds=TIMEOUT_S) as client:
+            for text in turns[:20]:
+                reply = await client.call_tool("remember", {"text": text})
+                assert not reply.is_error, reply.content
+            recall = await client.call_tool("recall", {"query": questions[0], "k": 5})
+            assert not recall.is_error, recall.content
+            stats = await client.call_tool("stats", {})
+            return recall.structured_content, stats.structured_content
+
+    try:
+        recall, stats = asyncio.run(session())
+    finally:
+        process.terminate()
+        process.wait(30)
+    (text,) = [path.read_text() for path in folder.parent.glob("server-*.log")]
+    assert text.splitlines().count(SIMILARITY_MODE_NOTE) == 1
+    assert stats["mode"] == "similarity"
+    assert stats["calls_paid"] == 0 and stats["queries"] == 1
+    assert recall["calls"] == 0
+    scores = [m["score"] for m in recall["memories"]]
+    assert len(scores) == 5 and all(0.0 <= s <= 1.0 for s in scores)
+    assert scores == sorted(scores, reverse=True)  # best first: by similarity
+
+
+def test_a_weak_trained_scorer_is_refused_unless_forced(
+    tmp_path, scorer_model, compilation_cache
+):
+    from tiny_models import write_scorer_build
+
+    fold = write_scorer_build(tmp_path / "build", scorer_model, 0.3, 0.4)
+    folder = tmp_path / "memory"
+    refused = subprocess.run(
+        _command(folder, fold),
+        env=_env(compilation_cache),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert refused.returncode == 2
+    (line,) = refused.stderr.strip().splitlines()
+    assert "Full Recall@10 0.300 <= Semantic 0.400" in line
+    assert "--force-weak-scorer" in line
+    assert not folder.exists()
+    process, url = _start_http(
+        folder, fold, compilation_cache, "--no-auth", "--force-weak-scorer"
+    )
+    try:
+
+        async def stats() -> dict:
+            async with Client(url, read_timeout_seconds=TIMEOUT_S) as client:
+                return (await client.call_tool("stats", {})).structured_content
+
+        assert asyncio.run(stats())["mode"] == "scorer"
+    finally:
+        process.terminate()
+        process.wait(30)
 
 
 def test_mcp_agent_example_answers_over_mcp(

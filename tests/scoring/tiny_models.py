@@ -147,6 +147,35 @@ def build_cross_encoder(out_dir: Path, seed: int = 0) -> Path:
     return out_dir
 
 
+def write_scorer_build(
+    root: Path, model: Path | None, full: float, semantic: float
+) -> Path:
+    """A trained-scorer folder (``earm train-scorer``'s layout, one fold)
+    whose manifest records cross-fitted Full and Semantic Recall@10 of
+    ``full`` and ``semantic``; the fold is a copy of ``model`` (``None``: a
+    stub ``config.json``, for checks that never load it). Returns the fold's
+    folder, the one ``earm mcp --scorer-model`` takes."""
+    import shutil
+
+    fold = root / "fold-0"
+    if model is None:
+        fold.mkdir(parents=True)
+        (fold / "config.json").write_text("{}")
+    else:
+        shutil.copytree(model, fold)
+    recall = {"full": full, "semantic": semantic, "oracle": 1.0}
+    manifest = {
+        "format": "earm-trained-scorer-v1",
+        "folds": [
+            {"name": "fold-0", "folder": "fold-0", "trained_on": [], "held_out": []}
+        ],
+        "cross_fitted_quality": {"turns": {"recall@10": recall}},
+        "profiles": {},
+    }
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    return fold
+
+
 def build_all(root: Path) -> dict[str, Path]:
     """Builds both models under ``root/BUILDER_VERSION`` once (reused after)."""
     folder = root / BUILDER_VERSION
