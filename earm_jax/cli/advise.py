@@ -13,8 +13,10 @@ from earm_jax.cli.options import CacheDir, LocomoData
 from earm_jax.cli.output import console as make_console
 
 VERDICTS = {
-    "best": "`best` pays: with this much room above Top-similarity, a completing "
-    "policy won in every cell of the map",
+    "complete": "completing pays: with this much room above Top-similarity, a "
+    "policy that uses what earlier queries paid for beat it in every cell of "
+    "the map (learned calls with the trained cross-encoder; `best` or "
+    "`best_side` with the independent-noise stand-ins)",
     "top_similarity": "score the top of the similarity order (Top-similarity): "
     "with this little room, no completing policy won anywhere in the map",
     "measure": "the room alone does not decide: in the map, scorers with this "

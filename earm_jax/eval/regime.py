@@ -21,10 +21,20 @@ import numpy as np
 from earm_jax.eval.scorer_quality import auc, recall_at
 from earm_jax.eval.stats import contrast_ci, mean_ci
 
-CONTENDERS = ("semantic", "top_similarity", "mixed", "best", "best_side")
+CONTENDERS = (
+    "semantic",
+    "top_similarity",
+    "mixed",
+    "best",
+    "best_side",
+    "learned_calls",
+)
 """The policies a cell's winner is chosen from: each pays at most the cap."""
 
 MAP_POLICIES = (*CONTENDERS, "full")
+COMPLETING = ("mixed", "best", "best_side", "learned_calls")
+"""The policies that use what earlier queries paid for: the map's cell "pays"
+when one of them beats Top-similarity with its CI above 0."""
 
 
 def point_job_fields(point: str, scores: str = "") -> dict[str, Any]:
@@ -74,14 +84,17 @@ def map_cell(payload: Mapping[str, Any], cap: float) -> dict[str, Any]:
     """
     results, contrasts = payload["results"], payload["contrasts"]
     quality = payload.get("scorer_quality") or {}
-    recall = {policy: _recall(results, policy) for policy in MAP_POLICIES}
-    margins = {policy: _margin(contrasts, policy) for policy in CONTENDERS}
-    winner = max(CONTENDERS, key=lambda policy: recall[policy])
+    # A run without a policy (an older JSON) maps without it.
+    shown = [policy for policy in MAP_POLICIES if policy in results]
+    contenders = [policy for policy in CONTENDERS if policy in results]
+    recall = {policy: _recall(results, policy) for policy in shown}
+    margins = {policy: _margin(contrasts, policy) for policy in contenders}
+    winner = max(contenders, key=lambda policy: recall[policy])
     return {
         "cap": cap,
         "recall@10": recall,
         "calls_per_query": {
-            policy: float(results[policy]["calls_per_query"]) for policy in MAP_POLICIES
+            policy: float(results[policy]["calls_per_query"]) for policy in shown
         },
         "scorer": {
             "auc": quality.get("auc"),
@@ -92,7 +105,7 @@ def map_cell(payload: Mapping[str, Any], cap: float) -> dict[str, Any]:
         "winner": winner,
         "margins": margins,
         "pays": any(
-            margins[policy]["ci"][0] > 0.0 for policy in ("mixed", "best", "best_side")
+            margins[policy]["ci"][0] > 0.0 for policy in COMPLETING if policy in margins
         ),
         "queries": payload.get("num_scored_queries"),
     }
@@ -131,11 +144,12 @@ def advise(
     small labelled sample without running EARM: how much scoring every
     candidate (Full) beats scoring only the cap's share at the top of the
     similarity order (Top-similarity). The map bounds it from both sides:
-    below the smallest room where a completing policy ever paid, nothing will
-    (``"top_similarity"``); above the largest room where none paid, one did
-    everywhere (``"best"``); between the two the map saw both, depending on
-    how the scorer's errors are structured, and only replaying the answers
-    through the policies tells (``"measure"``).
+    below the smallest room where a policy that uses what earlier queries paid
+    for ever paid, nothing will (``"top_similarity"``); above the largest room
+    where none paid, one did everywhere (``"complete"``); where the two bounds
+    overlap the map saw both, depending on how the scorer's errors are
+    structured, and only replaying the answers through the policies tells
+    (``"measure"``).
 
     Args:
       scores: ``float[T, N]`` the scorer's answers in [0, 1] (NaN: not scored;
@@ -154,7 +168,7 @@ def advise(
       num_resamples: bootstrap resamples.
 
     Returns:
-      the verdict (``"best"``, ``"top_similarity"`` or ``"measure"``) with
+      the verdict (``"complete"``, ``"top_similarity"`` or ``"measure"``) with
       the numbers behind it.
 
     Raises:
@@ -195,7 +209,7 @@ def advise(
     if room.estimate < smallest_paid:
         verdict = "top_similarity"
     elif room.estimate > largest_unpaid:
-        verdict = "best"
+        verdict = "complete"
     else:
         verdict = "measure"
     mask = valid & np.isfinite(scores)

@@ -68,11 +68,11 @@ def test_top_similarity_matches_a_loop_written_out(share):
     np.testing.assert_array_equal(np.sort(top, axis=1), np.tile([0, 1, 2], (60, 1)))
 
 
-def test_a_scorer_that_finds_deep_evidence_is_told_best_pays():
+def test_a_scorer_that_finds_deep_evidence_is_told_completing_pays():
     similarity, relevant, valid = _pools()
     sharp = np.where(relevant, 0.9, 0.1)
     report = advise(sharp, similarity, relevant, valid, 0.25, (0.05, 0.2))
-    assert report["verdict"] == "best"
+    assert report["verdict"] == "complete"
     assert report["recall@10"]["full"] == pytest.approx(1.0)
     assert report["full_minus_top_similarity"]["ci"][0] > 0.05
     assert report["auc"] == pytest.approx(1.0)
@@ -164,8 +164,8 @@ def test_advise_command_prints_the_verdict_and_writes_json(tmp_path, capsys):
     argv = ["advise", "--scores", str(path), "--call-budget", "0.25"]
     assert main.run([*argv, "--resamples", "200", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "`best` pays" in printed and "Full - Top-similarity" in printed
-    assert json.loads(out.read_text())["verdict"] == "best"
+    assert "completing pays" in printed and "Full - Top-similarity" in printed
+    assert json.loads(out.read_text())["verdict"] == "complete"
     assert main.run([*argv[:3], "--call-budget", "1.5"]) == 2
     assert "--call-budget" in capsys.readouterr().err
     bad = tmp_path / "bad.csv"
@@ -214,6 +214,11 @@ def test_a_cell_names_its_winner_and_whether_completion_paid():
     assert cell["margins"]["semantic"]["mean"] == pytest.approx(-0.15)
     margins["best_side"] = (0.05, -0.01, 0.09)
     assert not map_cell(_payload(recall, margins), 0.25)["pays"]
+    # Learned calls count as a completing policy where the run has them.
+    recall["learned_calls"] = 0.62
+    margins["learned_calls"] = (0.07, 0.03, 0.11)
+    cell = map_cell(_payload(recall, margins), 0.25)
+    assert cell["winner"] == "learned_calls" and cell["pays"]
 
 
 def test_the_map_bounds_the_room_from_both_sides():
