@@ -117,7 +117,8 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     """The durable retriever's tests (kill -9 runs, the agent loop, adapters:
     5-8 min together) are the slow tier as a whole folder, so that
-    ``-m "not slow"`` stays the fast tier. Under pytest-xdist
+    ``-m "not slow"`` stays the fast tier, except the ``basics`` (a few kill,
+    lock and checksum cases) that the fast tier runs too. Under pytest-xdist
     (``--dist loadgroup``) the real-server tests share one worker, so the
     vLLM servers they share start once per run, not once per worker.
 
@@ -126,7 +127,8 @@ def pytest_collection_modifyitems(config, items):
     and short tests at the end keep both workers busy to the last minute
     instead of one long test running alone."""
     for item in items:
-        if Path(str(item.path)).parent.name == "retriever":
+        retriever = Path(str(item.path)).parent.name == "retriever"
+        if retriever and item.get_closest_marker("basics") is None:
             item.add_marker(pytest.mark.slow)
         if _in_folder(item, "core"):
             item.add_marker(pytest.mark.xla_optimized)

@@ -25,6 +25,9 @@ from earm_jax.store.journal import CorruptFolderError, Journal
 sys.path.insert(0, str(Path(__file__).parent))
 from fakes import CONFIG, HashEmbedder, KeywordScorer, memories  # noqa: E402
 
+# Run by the fast tier too: these are the retriever's lock / checksum basics.
+pytestmark = pytest.mark.basics
+
 TEXT = "Zebra-unique-text-7781: Sam keeps a chess diary."
 META = "meta-unique-4242"
 QUERY = "Query-unique-5151 about chess?"

@@ -100,7 +100,12 @@ def _possibly_forgotten(records) -> set[str]:
 @pytest.mark.parametrize(
     "preset, trials, max_wait, min_pairs",
     # best's first query after a start takes ~1 s (its rounds), so it waits longer.
-    [("paper", TRIALS, 0.8, 50), ("best", BEST_TRIALS, 2.5, 20)],
+    [
+        ("paper", TRIALS, 0.8, 50),
+        ("best", BEST_TRIALS, 2.5, 20),
+        # The fast tier's few kills; the runs above are the soak.
+        pytest.param("paper", 3, 0.8, 5, marks=pytest.mark.basics, id="basics"),
+    ],
 )
 def test_kill_9_at_random_moments_loses_nothing(
     tmp_path, preset, trials, max_wait, min_pairs

@@ -21,6 +21,9 @@ from earm_jax.store.lock import FolderLock, FolderLockedError
 sys.path.insert(0, str(Path(__file__).parent))
 from fakes import CONFIG, HashEmbedder, KeywordScorer  # noqa: E402
 
+# Run by the fast tier too: these are the retriever's lock / checksum basics.
+pytestmark = pytest.mark.basics
+
 WORKER = Path(__file__).with_name("lock_worker.py")
 
 
