@@ -39,3 +39,28 @@ def test_a_benchmark_file_stays_short(path):
     assert lines <= MAX_BENCHMARK_LINES, (
         f"{path.name} has {lines} lines: split it by what it measures"
     )
+
+
+def test_the_durations_table_reads_a_pytest_log(tmp_path):
+    """scripts/durations_table.py turns a run's durations block into the
+    table CONTRIBUTING.md shows, and refuses a log without one."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "durations_table", REPO / "scripts" / "durations_table.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    log = (
+        "===== slowest 25 durations =====\n"
+        "12.50s call     tests/a.py::test_x[1]\n"
+        "3.00s setup    tests/b.py::test_y\n"
+        "===== short test summary info =====\n"
+        "===== 10 passed, 1 skipped in 120.00s (0:02:00) =====\n"
+    )
+    found = module.table(log)
+    assert "Run: 10 passed, 1 skipped in 2.0 min" in found
+    assert "| 12.50 | call | `tests/a.py::test_x[1]` |" in found
+    assert found.count("\n| ") == 4  # the header, its rule and two rows
+    with pytest.raises(ValueError, match="slowest"):
+        module.table("===== 10 passed in 1.00s =====\n")
