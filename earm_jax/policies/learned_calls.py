@@ -169,9 +169,11 @@ def learned_calls_step(
     weights = cho_solve(cho_factor(system), state.moment + head_moment)
     predicted = jnp.einsum("nf,f->n", phi, weights, precision=_PRECISION)
     tail = _first_by(predicted, usable & ~head, calls - head_calls)
-    paid = head | tail
-    gram, moment = _normal_equations(phi, answers, paid & known)
-    return LearnedCallsState(state.gram + gram, state.moment + moment), paid
+    # The head's part of the normal equations is already summed: add the tail's.
+    tail_gram, tail_moment = _normal_equations(phi, answers, tail & known)
+    return LearnedCallsState(
+        state.gram + head_gram + tail_gram, state.moment + head_moment + tail_moment
+    ), head | tail
 
 
 def run_learned_calls(
