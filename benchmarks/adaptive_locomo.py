@@ -282,7 +282,7 @@ def run_with_completion(policy, solver_config, batch, usable, mode="completion")
         def one_query(carry, inputs):
             ledger, state = carry
             query, row, u = inputs
-            ledger, info = policy.step(ledger, query, row, u)
+            ledger, info = ad.adaptive_query(policy, ledger, query, row, u)
             state, step = solver.observe(state, query, Observation(row, info.anchors))
             unscored = u & ~info.anchors
             comp = jnp.clip(step.completed, 0.0, 1.0)

@@ -71,7 +71,9 @@ def bench_latency(p: dict, log) -> dict:
     rows = []
     pool, memories, rank = p["pool"], p["memories"], p["rank"]
     per_row = max(1, round(0.175 * pool))  # the paper's steady-state budget
-    policy = ej.Policy(budget=constant_budget(per_row), anchors=stratified_anchors(0.1))
+    policy = ej.AnchorPolicy(
+        budget=constant_budget(per_row), anchors=stratified_anchors(0.1)
+    )
     reps = p["latency_repeats"]
     stopped: set[str] = set()
     for t in p["latency_t"]:  # t outer: paired solvers run back to back

@@ -9,9 +9,13 @@ host-side layers are imported on demand, never by this module.
 
 from earm_jax import policies as policies
 from earm_jax.base import NOT_INSERTED as NOT_INSERTED
+from earm_jax.base import AnchorPolicy as AnchorPolicy
+from earm_jax.base import Decision as Decision
 from earm_jax.base import Observation as Observation
 from earm_jax.base import Policy as Policy
 from earm_jax.base import Query as Query
+from earm_jax.base import QueryContext as QueryContext
+from earm_jax.base import SideInputs as SideInputs
 from earm_jax.base import StepInfo as StepInfo
 from earm_jax.base import Stream as Stream
 from earm_jax.core.algorithms import als as als
@@ -47,6 +51,8 @@ __all__ = [
     "STREAM_AXIS",
     "NOT_INSERTED",
     "SOLVERS",
+    "AnchorPolicy",
+    "Decision",
     "EarmSettings",
     "InputError",
     "InputTypeError",
@@ -58,7 +64,9 @@ __all__ = [
     "Parameters",
     "Policy",
     "Query",
+    "QueryContext",
     "RowHistory",
+    "SideInputs",
     "SolverAlgorithm",
     "SolverConfig",
     "SolverState",

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from earm_jax.base import Policy
+from earm_jax.base import AnchorPolicy
 from earm_jax.core.config import SolverConfig
 from earm_jax.core.solvers import SOLVERS
 from earm_jax.policies import paper_policy, scaled_schedule, stage_schedule
@@ -140,7 +140,9 @@ class EarmSettings:
             refresh_rows=self.refresh_rows,
         )
 
-    def policy(self, pool_size: int, budget_scale: ArrayLike | None = None) -> Policy:
+    def policy(
+        self, pool_size: int, budget_scale: ArrayLike | None = None
+    ) -> AnchorPolicy:
         """The paper's policy (stage schedule, stratified anchors) for ``pool_size``.
 
         ``budget_scale`` overrides :attr:`budget_scale` and may be traced, so a

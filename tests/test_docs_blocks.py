@@ -26,8 +26,9 @@ RUN_BY: dict[tuple[str, int | None], str] = {
     ("docs/agents.md", None): "tests/retriever/test_agents_doc.py",  # every block
     ("docs/embedding.md", 0): "tests/test_example_embedding_loop.py",
     ("docs/embedding.md", 1): "tests/test_docs_blocks.py",
-    ("docs/embedding.md", 2): "tests/test_example_embedding_loop.py",
+    ("docs/embedding.md", 2): "tests/test_docs_blocks.py",
     ("docs/embedding.md", 3): "tests/test_example_embedding_loop.py",
+    ("docs/embedding.md", 4): "tests/test_example_embedding_loop.py",
     ("docs/policies.md", 1): "tests/test_docs_blocks.py",
 }
 """(page, block number or None for all of them) -> the test that runs it."""
@@ -109,33 +110,20 @@ def test_embedding_page_whole_stream_fragment_runs():
 
 
 @pytest.mark.slow
-def test_policies_page_adaptive_fragment_scores_in_rounds_under_its_cap():
-    import jax.numpy as jnp
-    import numpy as np
-
-    import earm_jax as ej
-
-    pool = 200  # the page's pool_size
-    rng = np.random.default_rng(0)
-    relevant = rng.random(pool) < 0.05
-    paid: list[int] = []
-
-    def score_mask(mask):
-        mask = np.asarray(mask)
-        paid.append(int(mask.sum()))
-        return np.where(mask, relevant.astype(np.float32), np.nan).astype(np.float32)
-
-    similarity = np.sort(rng.random(pool))[::-1].astype(np.float32)
-    namespace = {
-        "query": ej.Query(
-            jnp.arange(pool, dtype=jnp.int32),
-            jnp.asarray(similarity),
-            jnp.ones(pool, bool),
-        ),
-        "score_mask": score_mask,
-        "memory_bias": jnp.zeros(pool, jnp.float32),
-    }
+def test_policies_page_best_beside_the_matrix_pays_rounds_under_its_cap():
+    namespace: dict = {}
     exec(_code("docs/policies.md", 1), namespace)
     info = namespace["info"]
-    assert 1 <= len(paid) <= 4 and sum(paid) == int(info.calls)
-    assert namespace["ranking"].shape == (pool,)
+    assert 1 <= int(info.rounds) <= 4
+    assert 0 < int(info.calls) <= int(info.budget)
+    assert namespace["ranking"].shape == (namespace["N"],)
+    # The ledger rides in the solver state: the call was paid from it.
+    assert float(namespace["state"].policy_state.spent) == int(info.calls)
+
+
+def test_embedding_page_protocol_block_runs_learned_calls_in_two_rounds():
+    namespace: dict = {}
+    exec(_code("docs/embedding.md", 2), namespace)
+    info = namespace["info"]
+    assert int(info.rounds) == 2 and int(info.calls) == namespace["N"]
+    assert int(namespace["state"].count) == 1

@@ -52,6 +52,8 @@ solver's, bit for bit.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 from jax.experimental import checkify
@@ -168,25 +170,38 @@ def checked(solver: OnlineSolver) -> OnlineSolver:
     """
     num_memories = solver.config.num_memories
 
-    def select(key: PRNGKey, state: SolverState, query: Query) -> Array:
+    def select(
+        key: PRNGKey, state: SolverState, query: Query, side: Any = None
+    ) -> Array:
         check_query_ids(query, num_memories)
-        return solver.select(key, state, query)
+        return solver.select(key, state, query, side)
 
     def observe(
-        state: SolverState, query: Query, observation: Observation
+        state: SolverState, query: Query, observation: Observation, side: Any = None
     ) -> tuple[SolverState, StepInfo]:
         check_query_ids(query, num_memories)
         check_observation_scores(query, observation)
-        return solver.observe(state, query, observation)
+        return solver.observe(state, query, observation, side)
 
     def step(
-        key: PRNGKey, state: SolverState, query: Query, scores_row: ArrayLike
+        key: PRNGKey,
+        state: SolverState,
+        query: Query,
+        scores_row: ArrayLike,
+        side: Any = None,
     ) -> tuple[SolverState, StepInfo]:
-        # As solver.step: the scorer's row is revealed at the anchors only, so
-        # only the anchored scores are checked.
-        anchors = select(key, state, query)
-        observation = Observation(jnp.asarray(scores_row, jnp.float32), anchors)
-        return observe(state, query, observation)
+        scores_row = jnp.asarray(scores_row, jnp.float32)
+        if solver.policy.num_rounds == 1:
+            # As solver.step: the scorer's row is revealed at the anchors only,
+            # so only the anchored scores are checked (a NaN there fails).
+            anchors = select(key, state, query, side)
+            return observe(state, query, Observation(scores_row, anchors), side)
+        # Several rounds: the answers stored are checked; a NaN answer is a
+        # failed call the policy already left out.
+        check_query_ids(query, num_memories)
+        new_state, info = solver.step(key, state, query, scores_row, side)
+        check_observation_scores(query, Observation(scores_row, info.anchors))
+        return new_state, info
 
     return solver._replace(select=select, observe=observe, step=step)
 

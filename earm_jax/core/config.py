@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Bool, Float, Int
 
-from earm_jax.base import Observation, Policy, Query, StepInfo
-from earm_jax.types import Array, ArrayLike, PRNGKey
+from earm_jax.base import AnchorPolicy, Observation, Policy, Query, StepInfo
+from earm_jax.types import Array
 
 if TYPE_CHECKING:  # the algorithms build on this module's types
     from earm_jax.core.solvers.base import SolverAlgorithm
@@ -120,6 +120,9 @@ class SolverState(NamedTuple):
         ``SolverConfig.entry_capacity > 0`` the history's
         :class:`~earm_jax.core.entry_log.EntryLog` (then the ``obs_*`` rows
         have width 0; :func:`~earm_jax.core.entry_log.rows_view` gives rows).
+      policy_state: what the policy carries from query to query (``best``'s
+        ledger, learned calls' regression; ``()`` for the paper's one-round
+        policies).
     """
 
     global_mean: Float[Array, ""]
@@ -135,6 +138,7 @@ class SolverState(NamedTuple):
     count: Int[Array, ""]
     solver_extras: Any = ()
     history_log: Any = ()
+    policy_state: Any = ()
 
 
 class Parameters(NamedTuple):
@@ -158,14 +162,30 @@ class Parameters(NamedTuple):
 class OnlineSolver(NamedTuple):
     """The solver's pure functions; build it with :func:`online_solver`.
 
+    Every function that takes ``side`` (a :class:`~earm_jax.base.SideInputs`,
+    default ``None``) hands it to the policy (learned calls read it; the
+    paper's policies and ``best`` do not).
+
     Attributes:
-      init: ``(key, insert_time=None) -> SolverState``.
-      select: ``(key, state, query) -> bool[N]`` anchors to score; runs before any
-        score of this query exists.
-      observe: ``(state, query, observation) -> (state, StepInfo)``; refits on the
-        history, folds the query in, completes, then stores the observations.
-      step: ``(key, state, query, scores_row) -> (state, StepInfo)``: ``select``
-        then ``observe`` with the scorer's answers revealed at the anchors only.
+      init: ``(key, insert_time=None) -> SolverState`` (the policy's carry in
+        ``policy_state``).
+      select: ``(key, state, query, side=None) -> bool[N]`` the policy's first
+        round of calls; runs before any score of this query exists (a
+        one-round policy's whole selection).
+      observe: ``(state, query, observation, side=None) -> (state, StepInfo)``:
+        the observations as the query's one round; refits on the history, folds
+        the query in, completes, then stores them (and the policy closes the
+        query).
+      step: ``(key, state, query, scores_row, side=None) -> (state,
+        StepInfo)``: the policy's rounds, each revealing the scorer's answers
+        where it asks, then the solver stores what was paid.
+      begin: ``(key, state, query, side=None) -> progress``: the policy's
+        progress before its first round, for a host loop that pays between
+        rounds (``policy.select`` / ``policy.observe`` with
+        ``state.policy_state``; :func:`~earm_jax.core.rounds.pay_rounds`).
+      finish: ``(state, query, progress, answers) -> (state, StepInfo)``: the
+        end of such a loop: the policy decides, the solver stores the answers
+        it kept (``answers``: ``float32[N]``, read where stored).
       config: the :class:`SolverConfig`, with the algorithm's bound
         hyperparameters written in (the values in use).
       policy: the :class:`~earm_jax.base.Policy`.
@@ -175,14 +195,14 @@ class OnlineSolver(NamedTuple):
     """
 
     init: Callable[..., SolverState]
-    select: Callable[[PRNGKey, SolverState, Query], Array]
-    observe: Callable[[SolverState, Query, Observation], tuple[SolverState, StepInfo]]
-    step: Callable[
-        [PRNGKey, SolverState, Query, ArrayLike], tuple[SolverState, StepInfo]
-    ]
+    select: Callable[..., Array]
+    observe: Callable[..., tuple[SolverState, StepInfo]]
+    step: Callable[..., tuple[SolverState, StepInfo]]
     config: SolverConfig
     policy: Policy
     algorithm: SolverAlgorithm | None = None
+    begin: Callable[..., Any] | None = None
+    finish: Callable[..., tuple[SolverState, StepInfo]] | None = None
 
 
 class InputError(Exception):
@@ -276,12 +296,34 @@ def validate_config(config: SolverConfig) -> None:
 
 
 def check_policy(config: SolverConfig, policy: Policy) -> None:
-    """Raises :class:`InputValueError` when ``policy`` was built for another pool size,
+    """Raises :class:`InputValueError` when ``policy`` was built for another pool
+    size or may pay more per query than the history stores,
     :class:`InputTypeError` when it or its parts are not what they must be."""
     if not isinstance(policy, Policy):
         raise InputTypeError(
-            f"policy must be an earm_jax.Policy, got {type(policy).__name__}"
+            "policy must satisfy the earm_jax.Policy protocol (e.g. "
+            "ej.paper_policy(), an ej.AnchorPolicy, best's adaptive_policy), got "
+            f"{type(policy).__name__}"
         )
+    if policy.max_calls is not None and policy.max_calls > config.max_budget:
+        raise InputValueError(
+            f"the policy may pay {policy.max_calls} calls per query but "
+            f"SolverConfig.max_budget={config.max_budget}: paid answers would be "
+            f"dropped from the history; use max_budget={policy.max_calls}"
+        )
+    if isinstance(policy, AnchorPolicy):
+        check_anchor_parts(policy)
+    if policy.pool_size is not None and policy.pool_size != config.pool_size:
+        raise InputValueError(
+            f"Policy.pool_size={policy.pool_size} (its budget schedule is fractions "
+            f"of that pool) but SolverConfig.pool_size={config.pool_size}; build the "
+            f"policy with pool_size={config.pool_size}"
+        )
+
+
+def check_anchor_parts(policy: AnchorPolicy) -> None:
+    """Raises :class:`InputTypeError` when a one-round policy's budget or
+    sampler is not a function."""
     for part in ("budget", "anchors"):
         if not callable(getattr(policy, part)):
             value = getattr(policy, part)
@@ -294,12 +336,6 @@ def check_policy(config: SolverConfig, policy: Policy) -> None:
                     else ""
                 )
             )
-    if policy.pool_size is not None and policy.pool_size != config.pool_size:
-        raise InputValueError(
-            f"Policy.pool_size={policy.pool_size} (its budget schedule is fractions "
-            f"of that pool) but SolverConfig.pool_size={config.pool_size}; build the "
-            f"policy with pool_size={config.pool_size}"
-        )
 
 
 def check_state(state: Any, function: str) -> None:

@@ -91,6 +91,7 @@ def grow_state(
             state.solver_extras, num_memories, capacity
         ),
         history_log=history_log,
+        policy_state=state.policy_state,
     )
     return grown, config._replace(
         num_memories=num_memories, capacity=capacity, entry_capacity=entry_capacity

@@ -39,7 +39,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from earm_jax.base import Observation, Policy, Query, StepInfo
+from earm_jax.base import (
+    Observation,
+    Policy,
+    Query,
+    QueryContext,
+    SideInputs,
+    StepInfo,
+)
 from earm_jax.core import entry_log
 from earm_jax.core.config import (
     InputTypeError,
@@ -64,6 +71,7 @@ from earm_jax.core.model import (
     predict,
 )
 from earm_jax.core.prefix import running_count
+from earm_jax.core.rounds import traced_rounds
 from earm_jax.core.solvers import SolverAlgorithm, get_solver
 from earm_jax.types import Array, ArrayLike, PRNGKey
 
@@ -206,33 +214,54 @@ def online_solver(
                 if uses_log
                 else ()
             ),
+            # The factors keep the whole key (as before policies carried
+            # anything); the policy's carry starts from a key of its own.
+            policy_state=policy.init(jax.random.fold_in(key, 1)),
         )
 
-    def budget_of(state: SolverState) -> Array:
-        budget = jnp.asarray(policy.budget(state.count), jnp.int32)
-        return jnp.clip(budget, 0, max_budget)
+    def context_of(
+        state: SolverState, query: Query, side: SideInputs | None
+    ) -> QueryContext:
+        return QueryContext(
+            usable=usable_candidates(state, query),
+            count=state.count,
+            room=jnp.asarray(max_budget, jnp.int32),
+            memory_bias=state.memory_bias[query.candidates],
+            side=side,
+        )
 
-    def select(key: PRNGKey, state: SolverState, query: Query) -> Array:
-        check_key(key, "select")
-        check_state(state, "select")
+    def checked_begin(
+        key: PRNGKey,
+        state: SolverState,
+        query: Query,
+        side: SideInputs | None,
+        function: str,
+    ) -> Any:
+        check_key(key, function)
+        check_state(state, function)
         check_query(config, query)
         check_query_values(config, query)
-        usable = usable_candidates(state, query)
-        anchors = policy.anchors(key, query, budget_of(state), usable)
-        # The policy's promise, enforced: never an unusable candidate.
-        return jnp.asarray(anchors, bool) & usable
+        return policy.begin(
+            key, state.policy_state, query, context_of(state, query, side)
+        )
+
+    def begin(
+        key: PRNGKey, state: SolverState, query: Query, side: SideInputs | None = None
+    ) -> Any:
+        return checked_begin(key, state, query, side, "begin")
+
+    def select(
+        key: PRNGKey, state: SolverState, query: Query, side: SideInputs | None = None
+    ) -> Array:
+        progress = checked_begin(key, state, query, side, "select")
+        return jnp.asarray(policy.select(state.policy_state, progress), bool)
 
     def refit(state: SolverState) -> tuple[Parameters, Any]:
         return algorithm.refit(parameters(state), state.solver_extras, state, config)
 
-    def observe(
-        state: SolverState, query: Query, observation: Observation
+    def store(
+        state: SolverState, query: Query, observation: Observation, decision: Any
     ) -> tuple[SolverState, StepInfo]:
-        check_state(state, "observe")
-        check_query(config, query)
-        check_observation(config, observation)
-        check_query_values(config, query)
-        check_observation_values(observation)
         usable = usable_candidates(state, query)
         values = jnp.asarray(observation.values, jnp.float32)
         offered = jnp.asarray(observation.mask, bool)
@@ -304,20 +333,73 @@ def online_solver(
             scores=scores,
             completed=completed,
             anchors=observed,
-            budget=budget_of(state),
+            budget=jnp.asarray(decision.limit, jnp.int32),
             dropped=dropped.astype(jnp.int32),
+            calls=jnp.asarray(decision.calls, jnp.int32),
+            rounds=jnp.asarray(decision.rounds, jnp.int32),
         )
+        if decision.scores is not None:
+            info = info._replace(scores=decision.scores)
         return new_state, info
 
-    def step(
-        key: PRNGKey, state: SolverState, query: Query, scores_row: ArrayLike
+    def finish(
+        state: SolverState, query: Query, progress: Any, answers: ArrayLike
     ) -> tuple[SolverState, StepInfo]:
-        anchors = select(key, state, query)
-        return observe(
-            state, query, Observation(jnp.asarray(scores_row, jnp.float32), anchors)
+        check_state(state, "finish")
+        answers = jnp.asarray(answers, jnp.float32)
+        policy_state, decision = policy.finish(state.policy_state, progress)
+        new_state, info = store(
+            state, query, Observation(answers, decision.anchors), decision
         )
+        return new_state._replace(policy_state=policy_state), info
 
-    return OnlineSolver(init, select, observe, step, config, policy, algorithm)
+    def observe(
+        state: SolverState,
+        query: Query,
+        observation: Observation,
+        side: SideInputs | None = None,
+    ) -> tuple[SolverState, StepInfo]:
+        check_state(state, "observe")
+        check_query(config, query)
+        check_observation(config, observation)
+        check_query_values(config, query)
+        check_observation_values(observation)
+        # The observations as the query's one round: the policy's begin key
+        # only draws what it would select, which is not asked here.
+        progress = policy.begin(
+            jax.random.key(0),
+            state.policy_state,
+            query,
+            context_of(state, query, side),
+        )
+        offered = jnp.asarray(observation.mask, bool)
+        progress = policy.observe(state.policy_state, progress, offered, observation)
+        return finish(state, query, progress, observation.values)
+
+    def step(
+        key: PRNGKey,
+        state: SolverState,
+        query: Query,
+        scores_row: ArrayLike,
+        side: SideInputs | None = None,
+    ) -> tuple[SolverState, StepInfo]:
+        check_key(key, "step")
+        check_state(state, "step")
+        check_query(config, query)
+        check_query_values(config, query)
+        answers = jnp.asarray(scores_row, jnp.float32)
+        context = context_of(state, query, side)
+        policy_state, decision = traced_rounds(
+            policy, key, state.policy_state, query, context, answers
+        )
+        new_state, info = store(
+            state, query, Observation(answers, decision.anchors), decision
+        )
+        return new_state._replace(policy_state=policy_state), info
+
+    return OnlineSolver(
+        init, select, observe, step, config, policy, algorithm, begin, finish
+    )
 
 
 __all__ = [

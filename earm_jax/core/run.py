@@ -7,7 +7,7 @@ import numbers
 import jax
 import jax.numpy as jnp
 
-from earm_jax.base import StepInfo, Stream
+from earm_jax.base import SideInputs, StepInfo, Stream
 from earm_jax.core.config import (
     InputValueError,
     OnlineSolver,
@@ -85,7 +85,9 @@ def run(
     """Runs the solver causally over one stream's queries (``lax.scan``).
 
     Query ``t`` sees the scorer's answers only at the anchors it selects; its
-    outputs never depend on queries after it.
+    outputs never depend on queries after it. A stream that carries
+    ``query_embeddings`` and ``memory_embeddings`` hands each query's
+    :class:`~earm_jax.base.SideInputs` to the policy.
 
     Args:
       solver: from :func:`~earm_jax.online_solver`.
@@ -98,12 +100,22 @@ def run(
       ``jax.jit(functools.partial(run, solver))``.
     """
     state, keys = start_stream(solver, key, stream)
+    if stream.query_embeddings is None or stream.memory_embeddings is None:
+        embeddings = None
+    else:
+        embeddings = jnp.asarray(stream.query_embeddings, jnp.float32)
+        memory_embeddings = jnp.asarray(stream.memory_embeddings, jnp.float32)
 
     def one_query(state, inputs):
-        query_key, query, scores_row = inputs
-        return solver.step(query_key, state, query, scores_row)
+        query_key, query, scores_row, embedding = inputs
+        side = None
+        if embedding is not None:
+            side = SideInputs(embedding, memory_embeddings[query.candidates])
+        return solver.step(query_key, state, query, scores_row, side)
 
-    return jax.lax.scan(one_query, state, (keys, stream.queries, stream.scores))
+    return jax.lax.scan(
+        one_query, state, (keys, stream.queries, stream.scores, embeddings)
+    )
 
 
 STREAM_AXIS = "streams"

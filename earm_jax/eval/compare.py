@@ -41,7 +41,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from earm_jax.base import Policy, Stream
+from earm_jax.base import AnchorPolicy, Stream
 from earm_jax.core.config import SolverConfig
 from earm_jax.core.online import online_solver
 from earm_jax.core.run import run
@@ -51,8 +51,9 @@ from earm_jax.policies.adaptive import AdaptiveConfig, adaptive_policy, run_adap
 from earm_jax.policies.adaptive_history import run_adaptive_with_history
 from earm_jax.policies.anchors import top_similarity_anchors
 from earm_jax.policies.learned_calls import learned_calls, run_learned_calls
+from earm_jax.policies.rerank import anchors_first
 from earm_jax.policies.side_information import run_best_side, run_mixed_side
-from earm_jax.types import Array, ArrayLike, PRNGKey
+from earm_jax.types import Array, PRNGKey
 
 POLICIES = (
     "semantic",
@@ -99,24 +100,11 @@ def usable_mask(stream: Stream) -> Array:
     return jnp.asarray(stream.queries.valid, bool) & inserted
 
 
-def anchors_first(answers: ArrayLike, anchors: ArrayLike, fallback: ArrayLike) -> Array:
-    """Scores that put every anchor (by its answer) above every other candidate
-    (by ``fallback``), per query: a lexicographic key as one float."""
-    answers = jnp.asarray(answers, jnp.float32)
-    fallback = jnp.asarray(fallback, jnp.float32)
-    finite_fallback = jnp.where(jnp.isfinite(fallback), fallback, 0.0)
-    top_fallback = jnp.max(finite_fallback, axis=-1, keepdims=True)
-    low_answer = jnp.min(jnp.where(anchors, answers, jnp.inf), axis=-1, keepdims=True)
-    low_answer = jnp.where(jnp.isfinite(low_answer), low_answer, 0.0)
-    offset = top_fallback - low_answer + 1.0
-    return jnp.where(anchors, answers + offset, fallback)
-
-
 def compare_policies(
     key: PRNGKey,
     stream: Stream,
     config: SolverConfig,
-    policy: Policy,
+    policy: AnchorPolicy,
     adaptive: AdaptiveConfig | None = None,
     expand: int = 0,
     expand_min_score: float = -float("inf"),
@@ -355,7 +343,7 @@ def evaluate_policies(
     key: PRNGKey,
     stream: Stream,
     config: SolverConfig,
-    policy: Policy,
+    policy: AnchorPolicy,
     ks: Sequence[int] = (10, 20),
     adaptive: AdaptiveConfig | None = None,
     expand: int = 0,

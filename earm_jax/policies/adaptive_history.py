@@ -37,45 +37,21 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from earm_jax.base import Observation, Query
+from earm_jax.base import Query
 from earm_jax.core.config import OnlineSolver, SolverState
-from earm_jax.core.online import usable_candidates
+from earm_jax.core.online import online_solver
+from earm_jax.core.rounds import play_rounds
 from earm_jax.policies.adaptive import AdaptiveInfo, AdaptivePolicy, Ledger
 from earm_jax.types import ArrayLike, PRNGKey
 
 
-def check_history_room(policy: AdaptivePolicy, solver: OnlineSolver) -> None:
-    """Raises ``ValueError`` when the solver's history rows are narrower than
-    what the policy may pay for one query."""
-    cap = policy.config.per_query_cap
-    if solver.config.max_budget < cap:
-        raise ValueError(
-            f"solver max_budget={solver.config.max_budget} is below the adaptive "
-            f"policy's per_query_cap={cap}: paid scores would be dropped"
-        )
+def with_adaptive_policy(policy: AdaptivePolicy, solver: OnlineSolver) -> OnlineSolver:
+    """``solver``'s settings and algorithm with ``policy`` choosing the calls.
 
-
-def adaptive_history_step(
-    policy: AdaptivePolicy,
-    solver: OnlineSolver,
-    ledger: Ledger,
-    state: SolverState,
-    query: Query,
-    scores_row: ArrayLike,
-    usable: ArrayLike | None = None,
-) -> tuple[tuple[Ledger, SolverState], AdaptiveInfo]:
-    """One query: the policy's rounds (with the history's memory biases), then
-    the solver observes what was paid. ``usable`` also excludes candidates the
-    solver does not know yet."""
-    usable_now = usable_candidates(state, query)
-    if usable is not None:
-        usable_now = usable_now & jnp.asarray(usable, bool)
-    memory_bias = state.memory_bias[query.candidates]
-    ledger, info = policy.step(ledger, query, scores_row, usable_now, memory_bias)
-    state, _ = solver.observe(
-        state, query, Observation(jnp.asarray(scores_row, jnp.float32), info.anchors)
-    )
-    return (ledger, state), info
+    Raises :class:`~earm_jax.InputValueError` when the solver's history rows
+    are narrower than what the policy may pay for one query.
+    """
+    return online_solver(solver.config, policy, solver.algorithm)
 
 
 def run_adaptive_with_history(
@@ -88,12 +64,14 @@ def run_adaptive_with_history(
     usable: ArrayLike | None = None,
     call_budget: ArrayLike | None = None,
 ) -> tuple[tuple[Ledger, SolverState], AdaptiveInfo]:
-    """The adaptive policy and the solver over one stream (``lax.scan``; jit-able).
+    """The adaptive policy and the solver over one stream (``lax.scan``;
+    jit-able): :func:`~earm_jax.run` of ``online_solver(solver.config,
+    policy)``, keeping the policy's own per-query info.
 
     Args:
       policy: from :func:`~earm_jax.policies.adaptive.adaptive_policy`.
-      solver: from :func:`~earm_jax.core.online.online_solver` (its anchor
-        policy is not used: the adaptive policy chooses the anchors).
+      solver: from :func:`~earm_jax.core.online.online_solver`: its settings
+        and algorithm (its policy is replaced by ``policy``).
       key: initialises the solver's factors.
       queries: :class:`Query` with a leading ``T`` axis.
       scores: ``float32[T, N]`` the scorer's answers (read only where paid).
@@ -104,20 +82,23 @@ def run_adaptive_with_history(
     Returns:
       ``((final ledger, final solver state), AdaptiveInfo with a leading T axis)``.
     """
-    check_history_room(policy, solver)
+    solver = with_adaptive_policy(policy, solver)
     scores = jnp.asarray(scores, jnp.float32)
+    if usable is not None:
+        queries = queries._replace(valid=queries.valid & jnp.asarray(usable, bool))
     state = solver.init(key, insert_time)
-    if usable is None:
-        usable = jnp.ones(scores.shape, bool)
+    state = state._replace(policy_state=policy.init(key, call_budget))
 
-    def one_query(carry, inputs):
-        ledger, state = carry
-        query, row, use = inputs
-        return adaptive_history_step(policy, solver, ledger, state, query, row, use)
+    def one_query(state, inputs):
+        query, row = inputs
+        progress = play_rounds(
+            policy, state.policy_state, solver.begin(key, state, query), row
+        )
+        # The policy's own info beside the solver's; XLA computes the shared
+        # finish once.
+        _, info = policy.finish(state.policy_state, progress)
+        state, _ = solver.finish(state, query, progress, row)
+        return state, info
 
-    return jax.lax.scan(
-        one_query, (policy.init(call_budget), state), (queries, scores, usable)
-    )
-
-
-__all__ = ["adaptive_history_step", "check_history_room", "run_adaptive_with_history"]
+    state, info = jax.lax.scan(one_query, state, (queries, scores))
+    return (state.policy_state, state), info

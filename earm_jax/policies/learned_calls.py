@@ -51,8 +51,11 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.linalg import cho_factor, cho_solve
 
-from earm_jax.base import Query
-from earm_jax.types import Array, ArrayLike
+from earm_jax.base import BudgetFn, Observation, Query, QueryContext, RoundsDecision
+from earm_jax.core.config import InputValueError
+from earm_jax.policies.paper import top_similarity_policy
+from earm_jax.policies.rerank import anchors_first
+from earm_jax.types import Array, ArrayLike, PRNGKey
 
 _PRECISION = jax.lax.Precision.HIGHEST
 
@@ -229,11 +232,198 @@ def run_learned_calls(
     )
 
 
+class LearnedCallsProgress(NamedTuple):
+    """One query's progress: the head paid by similarity, then the tail."""
+
+    features: Array
+    usable: Array
+    fallback: Array
+    head: Array
+    tail_calls: Array
+    stage: Array
+    paid: Array
+    answered: Array
+    values: Array
+    calls: Array
+    rounds: Array
+    limit: Array
+
+
+class LearnedCallsPolicy(NamedTuple):
+    """Learned calls as an :class:`earm_jax.Policy`: two rounds per query (the
+    head by similarity, then the tail where the regression points, fitted on
+    every earlier answer and the head's); the carry is the normal equations.
+    Build it with :func:`learned_calls_policy`. It reads the query's
+    :class:`~earm_jax.base.SideInputs` (``context.side``)."""
+
+    budget: BudgetFn
+    embedding_dim: int
+    head_fraction: float
+    ridge: float
+    pool_size: int | None = None
+
+    num_rounds = 2
+    max_calls = None
+
+    def init(self, key: PRNGKey | None = None) -> LearnedCallsState:
+        del key  # the fit starts empty
+        return LearnedCalls(self.head_fraction, self.ridge).init(self.embedding_dim)
+
+    def begin(
+        self,
+        key: PRNGKey | None,
+        carry: LearnedCallsState,
+        query: Query,
+        context: QueryContext,
+    ) -> LearnedCallsProgress:
+        del key, carry
+        if context.side is None:
+            raise InputValueError(
+                "learned calls read the query's and the memories' embeddings: "
+                "pass side=SideInputs(...) (a Stream with query_embeddings and "
+                "memory_embeddings does it in run / run_batch)"
+            )
+        usable = jnp.asarray(context.usable, bool)
+        similarity = jnp.where(
+            usable, jnp.asarray(query.similarity, jnp.float32), -jnp.inf
+        )
+        budget = jnp.clip(
+            jnp.asarray(self.budget(context.count), jnp.int32), 0, context.room
+        )
+        calls = jnp.minimum(budget, jnp.sum(usable, dtype=jnp.int32))
+        head_calls = jnp.round(self.head_fraction * calls.astype(jnp.float32)).astype(
+            jnp.int32
+        )
+        nothing = jnp.zeros_like(usable)
+        zero = jnp.zeros((), jnp.int32)
+        return LearnedCallsProgress(
+            features=call_features(
+                similarity,
+                usable,
+                context.side.query_embedding,
+                context.side.candidate_embeddings,
+            ),
+            usable=usable,
+            fallback=similarity,
+            head=_first_by(similarity, usable, head_calls),
+            tail_calls=calls - head_calls,
+            stage=jnp.where(head_calls > 0, 0, 1).astype(jnp.int32),
+            paid=nothing,
+            answered=nothing,
+            values=jnp.zeros(usable.shape, jnp.float32),
+            calls=zero,
+            rounds=zero,
+            limit=budget,
+        )
+
+    def select(self, carry: LearnedCallsState, progress: LearnedCallsProgress) -> Array:
+        gram, moment = _normal_equations(
+            progress.features, progress.values, progress.answered
+        )
+        features = progress.features.shape[-1]
+        system = carry.gram + gram + self.ridge * jnp.eye(features, dtype=jnp.float32)
+        weights = cho_solve(cho_factor(system), carry.moment + moment)
+        predicted = jnp.einsum(
+            "nf,f->n", progress.features, weights, precision=_PRECISION
+        )
+        tail = _first_by(
+            predicted, progress.usable & ~progress.paid, progress.tail_calls
+        )
+        return jnp.where(
+            progress.stage == 0,
+            progress.head,
+            jnp.where(progress.stage == 1, tail, jnp.zeros_like(tail)),
+        )
+
+    def observe(
+        self,
+        carry: LearnedCallsState,
+        progress: LearnedCallsProgress,
+        requested: ArrayLike,
+        observation: Observation,
+    ) -> LearnedCallsProgress:
+        del carry
+        requested = jnp.asarray(requested, bool) & progress.usable & ~progress.paid
+        values = jnp.asarray(observation.values, jnp.float32)
+        # A failed answer (NaN, or left out of the mask) is paid, not fitted.
+        came_back = (
+            requested & jnp.asarray(observation.mask, bool) & jnp.isfinite(values)
+        )
+        paid = jnp.sum(requested, dtype=jnp.int32)
+        return progress._replace(
+            stage=progress.stage + 1,
+            paid=progress.paid | requested,
+            answered=progress.answered | came_back,
+            values=jnp.where(came_back, values, progress.values),
+            calls=progress.calls + paid,
+            rounds=progress.rounds + (paid > 0).astype(jnp.int32),
+        )
+
+    def finish(
+        self, carry: LearnedCallsState, progress: LearnedCallsProgress
+    ) -> tuple[LearnedCallsState, RoundsDecision]:
+        gram, moment = _normal_equations(
+            progress.features, progress.values, progress.answered
+        )
+        decision = RoundsDecision(
+            anchors=progress.answered,
+            scores=anchors_first(progress.values, progress.answered, progress.fallback),
+            calls=progress.calls,
+            rounds=progress.rounds,
+            limit=progress.limit,
+        )
+        return LearnedCallsState(carry.gram + gram, carry.moment + moment), decision
+
+
+def learned_calls_policy(
+    embedding_dim: int,
+    pool_size: int = 200,
+    head_fraction: float = 0.4,
+    ridge: float = 10.0,
+    budget: BudgetFn | None = None,
+) -> LearnedCallsPolicy:
+    """Learned calls under Top-similarity's schedule (the paper's stage
+    schedule of ``pool_size``, or ``budget``), as one
+    :class:`earm_jax.Policy`: ``online_solver(config, learned_calls_policy(D))``.
+
+    Args:
+      embedding_dim: ``D``, the width of the unit text embeddings.
+      pool_size: candidates per query; the stage budgets are fractions of it.
+      head_fraction: share of each query's calls paid by similarity first.
+      ridge: the regression's penalty.
+      budget: another schedule (``count -> int32[]``) instead of the stage
+        schedule (then the policy records no pool size).
+
+    Raises:
+      InputValueError: a bad ``embedding_dim``, ``head_fraction`` or ``ridge``.
+    """
+    if (
+        isinstance(embedding_dim, bool)
+        or not isinstance(embedding_dim, int)
+        or embedding_dim < 1
+    ):
+        raise InputValueError(
+            f"embedding_dim must be a positive int, got {embedding_dim!r}"
+        )
+    settings = learned_calls(head_fraction, ridge)
+    schedule = top_similarity_policy(pool_size=pool_size, budget=budget)
+    return LearnedCallsPolicy(
+        budget=schedule.budget,
+        embedding_dim=embedding_dim,
+        head_fraction=settings.head_fraction,
+        ridge=settings.ridge,
+        pool_size=schedule.pool_size,
+    )
+
+
 __all__ = [
     "LearnedCalls",
+    "LearnedCallsPolicy",
+    "LearnedCallsProgress",
     "LearnedCallsState",
     "call_features",
     "learned_calls",
+    "learned_calls_policy",
     "learned_calls_step",
     "run_learned_calls",
 ]

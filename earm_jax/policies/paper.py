@@ -5,7 +5,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Sequence
 
-from earm_jax.base import AnchorFn, BudgetFn, Policy
+from earm_jax.base import AnchorFn, AnchorPolicy, BudgetFn
 from earm_jax.core.config import InputTypeError, InputValueError
 from earm_jax.policies.anchors import stratified_anchors, top_similarity_anchors
 from earm_jax.policies.budget import PAPER_STAGE_RATIOS, constant_budget, stage_schedule
@@ -17,7 +17,7 @@ def paper_policy(
     block_size: int = 10,
     stage_ratios: Sequence[float] = PAPER_STAGE_RATIOS,
     budget: BudgetFn | int | None = None,
-) -> Policy:
+) -> AnchorPolicy:
     """The paper's policy: the stage schedule and stratified anchor sampling.
 
     Args:
@@ -52,7 +52,7 @@ def top_similarity_policy(
     block_size: int = 10,
     stage_ratios: Sequence[float] = PAPER_STAGE_RATIOS,
     budget: BudgetFn | int | None = None,
-) -> Policy:
+) -> AnchorPolicy:
     """Scores the ``B_t`` most similar candidates (the strong equal-calls baseline)."""
     return _staged(
         pool_size, block_size, stage_ratios, budget, top_similarity_anchors()
@@ -65,7 +65,7 @@ def _staged(
     stage_ratios: Sequence[float],
     budget: BudgetFn | int | None,
     anchors: AnchorFn,
-) -> Policy:
+) -> AnchorPolicy:
     """``anchors`` under the stage schedule, or under ``budget`` when one is
     given (then the policy does not record ``pool_size``); an int budget is
     :func:`constant_budget` of it, refused above the pool."""
@@ -76,7 +76,7 @@ def _staged(
                 f"budget must be in [0, pool_size={pool_size}], got {budget} (a "
                 "query never pays for more than its pool)"
             )
-        return Policy(
+        return AnchorPolicy(
             budget=constant_budget(budget), anchors=anchors, pool_size=pool_size
         )
     if budget is not None:
@@ -85,23 +85,23 @@ def _staged(
                 f"budget must be a schedule (count -> int32[]) or an int, got "
                 f"{type(budget).__name__} {budget!r}"
             )
-        return Policy(budget=budget, anchors=anchors, pool_size=None)
+        return AnchorPolicy(budget=budget, anchors=anchors, pool_size=None)
     schedule = stage_schedule(pool_size, block_size, stage_ratios)
-    return Policy(budget=schedule, anchors=anchors, pool_size=pool_size)
+    return AnchorPolicy(budget=schedule, anchors=anchors, pool_size=pool_size)
 
 
-def full_policy(pool_size: int = 200) -> Policy:
+def full_policy(pool_size: int = 200) -> AnchorPolicy:
     """Scores every candidate (``N`` calls per query)."""
-    return Policy(
+    return AnchorPolicy(
         budget=constant_budget(pool_size),
         anchors=top_similarity_anchors(),
         pool_size=pool_size,
     )
 
 
-def semantic_policy() -> Policy:
+def semantic_policy() -> AnchorPolicy:
     """Scores nothing: similarity order (0 calls)."""
-    return Policy(budget=constant_budget(0), anchors=top_similarity_anchors())
+    return AnchorPolicy(budget=constant_budget(0), anchors=top_similarity_anchors())
 
 
 __all__ = ["full_policy", "paper_policy", "semantic_policy", "top_similarity_policy"]

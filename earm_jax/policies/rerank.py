@@ -44,4 +44,17 @@ def top_k_context(
     return jnp.asarray(memories)[top][order], chosen[order]
 
 
-__all__ = ["mixed_scores", "top_k_context"]
+def anchors_first(answers: ArrayLike, anchors: ArrayLike, fallback: ArrayLike) -> Array:
+    """Scores that put every anchor (by its answer) above every other candidate
+    (by ``fallback``), per query: a lexicographic key as one float."""
+    answers = jnp.asarray(answers, jnp.float32)
+    fallback = jnp.asarray(fallback, jnp.float32)
+    finite_fallback = jnp.where(jnp.isfinite(fallback), fallback, 0.0)
+    top_fallback = jnp.max(finite_fallback, axis=-1, keepdims=True)
+    low_answer = jnp.min(jnp.where(anchors, answers, jnp.inf), axis=-1, keepdims=True)
+    low_answer = jnp.where(jnp.isfinite(low_answer), low_answer, 0.0)
+    offset = top_fallback - low_answer + 1.0
+    return jnp.where(anchors, answers + offset, fallback)
+
+
+__all__ = ["anchors_first", "mixed_scores", "top_k_context"]

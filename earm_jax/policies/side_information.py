@@ -45,7 +45,12 @@ import jax.numpy as jnp
 from earm_jax.base import Observation, Query
 from earm_jax.core.model import mixed_scores
 from earm_jax.core.side_information import SideInformation, SideInformationState
-from earm_jax.policies.adaptive import AdaptiveInfo, AdaptivePolicy, Ledger
+from earm_jax.policies.adaptive import (
+    AdaptiveInfo,
+    AdaptivePolicy,
+    Ledger,
+    adaptive_query,
+)
 from earm_jax.types import Array, ArrayLike
 
 
@@ -198,7 +203,7 @@ def run_best_side(
         prior, _ = model.predict(
             state, query, embedding, memory_embeddings, Observation(row, nothing_paid)
         )
-        ledger, info = policy.step(ledger, query, row, use, prior)
+        ledger, info = adaptive_query(policy, ledger, query, row, use, prior)
         state = model.update(
             state,
             query,
@@ -210,7 +215,7 @@ def run_best_side(
 
     return jax.lax.scan(
         one_query,
-        (policy.init(call_budget), state),
+        (policy.init(None, call_budget), state),
         (queries, answers, usable, query_embeddings),
     )
 

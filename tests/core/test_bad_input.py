@@ -215,7 +215,7 @@ def test_an_int_budget_is_a_constant_budget_and_refused_above_the_pool():
             ej.SolverConfig(
                 num_memories=30, capacity=4, pool_size=POOL, max_budget=POOL
             ),
-            ej.Policy(budget=10, anchors=policy.anchors),
+            ej.AnchorPolicy(budget=10, anchors=policy.anchors),
         )
 
 

@@ -97,11 +97,11 @@ def _run(policy):
 
 
 def test_traced_step_equals_the_host_round_loop():
-    """``step`` (fori_loop, jitted) and ``score_query`` (a Python loop calling a
+    """The traced rounds (fori_loop, jitted) and ``score_query`` (a Python loop calling a
     scorer once per round) give the same anchors, scores and ledger."""
     policy = ad.adaptive_policy(CONFIG)
     queries, scores = _stream(0, num_queries=6)
-    step = jax.jit(policy.step)
+    step = jax.jit(lambda ledger, q, row: ad.adaptive_query(policy, ledger, q, row))
     traced_ledger = host_ledger = policy.init()
     requests = []
     for t in range(scores.shape[0]):
@@ -112,7 +112,7 @@ def test_traced_step_equals_the_host_round_loop():
             requests.append(int(mask.sum()))
             return jnp.where(mask, scores[t], jnp.nan)
 
-        host_ledger, host = policy.score_query(host_ledger, query, scorer)
+        host_ledger, host = ad.score_query(policy, host_ledger, query, scorer)
         np.testing.assert_array_equal(traced.anchors, host.anchors)
         np.testing.assert_allclose(traced.scores, host.scores, rtol=1e-6)
         assert int(traced.calls) == int(host.calls)
@@ -160,7 +160,7 @@ def test_second_call_does_not_recompile():
     @jax.jit
     @chex.assert_max_traces(n=1)
     def step(ledger, query, row):
-        return policy.step(ledger, query, row)
+        return ad.adaptive_query(policy, ledger, query, row)
 
     for seed in (0, 1):
         queries, scores = _stream(seed)
@@ -179,14 +179,14 @@ def test_finds_the_evidence_and_ranks_it_first():
         jnp.ones(POOL, bool),
     )
     truth = jnp.zeros(POOL).at[5].set(1.0)
-    ledger, info = policy.score_query(policy.init(), query, lambda mask: truth)
+    ledger, info = ad.score_query(policy, policy.init(), query, lambda mask: truth)
     assert int(info.rounds) == 2 and int(info.calls) == 6
     assert int(jnp.argmax(info.scores)) == 5
     # The default merge keeps a direct "no" above the unscored candidates;
     # confident_no sinks it below them.
     assert float(info.scores[0]) > float(info.scores[10])
     sinking = ad.adaptive_policy(config._replace(merge="confident_no"))
-    _, info = sinking.score_query(sinking.init(), query, lambda mask: truth)
+    _, info = ad.score_query(sinking, sinking.init(), query, lambda mask: truth)
     assert float(info.scores[0]) < float(info.scores[10])
 
 
@@ -288,7 +288,7 @@ def test_rejected_stop_rules_stay_off_the_default_path():
         "policy = ad.adaptive_policy(config)\n"
         "query = Query(jnp.arange(4, dtype=jnp.int32), jnp.linspace(1, 0, 4),\n"
         "              jnp.ones(4, bool))\n"
-        "policy.step(policy.init(), query, jnp.zeros(4))\n"
+        "ad.adaptive_query(policy, policy.init(), query, jnp.zeros(4))\n"
         "print(sorted(m for m in sys.modules if m.startswith('earm_jax.contrib')))\n"
     )
     out = subprocess.run(
@@ -312,11 +312,11 @@ def test_a_settled_query_spends_only_what_would_spill():
     )
     truth = jnp.zeros(POOL).at[0].set(1.0)
     empty = policy.init()
-    _, info = policy.score_query(empty, query, lambda mask: truth)
+    _, info = ad.score_query(policy, empty, query, lambda mask: truth)
     # Allowance 12 calls, carry cap 3: it spends until only 3 are left.
     assert int(info.rounds) == 3 and int(info.calls) == 12 - 3
     tight = ad.adaptive_policy(config._replace(max_carry=20))
-    _, info = tight.score_query(tight.init(), query, lambda mask: truth)
+    _, info = ad.score_query(tight, tight.init(), query, lambda mask: truth)
     assert int(info.rounds) == 1 and int(info.calls) == 2
 
 
@@ -340,7 +340,7 @@ def test_confident_no_keeps_middling_answers_above_the_unscored():
             noise_prior=0.1,
         )
         policy = ad.adaptive_policy(config)
-        _, info = policy.score_query(policy.init(), query, lambda mask: answers)
+        _, info = ad.score_query(policy, policy.init(), query, lambda mask: answers)
         scores = np.asarray(info.scores)
         ranks[merge] = scores
         assert scores[0] == scores.max()

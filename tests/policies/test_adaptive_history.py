@@ -11,10 +11,7 @@ import pytest
 import earm_jax as ej
 from earm_jax.base import Query
 from earm_jax.policies import adaptive as ad
-from earm_jax.policies.adaptive_history import (
-    adaptive_history_step,
-    run_adaptive_with_history,
-)
+from earm_jax.policies.adaptive_history import run_adaptive_with_history
 
 # Compiles for tens of seconds: the full run has it, the fast tier does not.
 pytestmark = pytest.mark.slow
@@ -139,7 +136,7 @@ def test_the_learned_order_moves_only_the_unscored_between_the_tiers(merge):
     ledger = policy.init()._replace(
         order_gram=jnp.eye(3) * 100.0, order_rhs=jnp.array([0.0, 0.5, 30.0])
     )
-    _, info = policy.score_query(ledger, query, lambda mask: answers, None, bias)
+    _, info = ad.score_query(policy, ledger, query, lambda mask: answers, None, bias)
     scores = np.asarray(info.scores)
     unscored = np.flatnonzero(~np.asarray(info.anchors))
     order = unscored[np.argsort(-scores[unscored], kind="stable")]
@@ -150,14 +147,14 @@ def test_the_learned_order_moves_only_the_unscored_between_the_tiers(merge):
     else:
         assert scores[1:4].min() > scores[unscored].max()
     # Without weights (a fresh ledger) the unscored keep similarity order.
-    _, fresh = policy.score_query(
+    _, fresh = ad.score_query(policy, 
         policy.init(), query, lambda mask: answers, None, bias
     )
     fresh_scores = np.asarray(fresh.scores)[unscored]
     assert np.all(np.diff(fresh_scores) < 0)
     # The similarity order of the unscored, for unscored_order="similarity".
     plain = ad.adaptive_policy(policy.config._replace(unscored_order="similarity"))
-    _, same = plain.score_query(ledger, query, lambda mask: answers, None, bias)
+    _, same = ad.score_query(plain, ledger, query, lambda mask: answers, None, bias)
     assert np.all(np.diff(np.asarray(same.scores)[unscored]) < 0)
 
 
@@ -175,7 +172,9 @@ def test_causal_future_queries_change_nothing_before():
         np.testing.assert_array_equal(np.asarray(got)[:8], np.asarray(want)[:8])
 
 
-def test_vmap_over_streams_equals_a_python_loop_of_steps():
+def test_vmap_over_streams_equals_a_python_loop_of_solver_steps():
+    """The batched run equals, query by query, the one solver built with the
+    policy (``online_solver(config, policy).step``): the protocol's loop."""
     streams = [_stream(seed) for seed in (3, 4)]
     policy, solver = ad.adaptive_policy(CONFIG), _solver(2)
     stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *streams)
@@ -186,23 +185,21 @@ def test_vmap_over_streams_equals_a_python_loop_of_steps():
             )[1]
         )
     )(*stacked)
-    step = jax.jit(
-        lambda ledger, state, q, row: adaptive_history_step(
-            policy, solver, ledger, state, q, row
-        )
-    )
+    with_policy = ej.online_solver(solver.config, policy)
+    step = jax.jit(with_policy.step)
     for i, (queries, scores, insert_time) in enumerate(streams):
-        ledger = policy.init()
-        state = solver.init(jax.random.key(0), insert_time)
+        state = with_policy.init(jax.random.key(0), insert_time)
         for t in range(QUERIES):
             query = jax.tree.map(lambda leaf, t=t: leaf[t], queries)
-            (ledger, state), info = step(ledger, state, query, scores[t])
-            for got, want in zip(
-                jax.tree.leaves(info), jax.tree.leaves(batched), strict=True
-            ):
+            state, info = step(jax.random.key(0), state, query, scores[t])
+            for name in ("scores", "anchors", "calls", "rounds"):
                 np.testing.assert_allclose(
-                    np.asarray(got), np.asarray(want)[i, t], rtol=1e-4, atol=1e-5
+                    np.asarray(getattr(info, name)),
+                    np.asarray(getattr(batched, name))[i, t],
+                    rtol=1e-4,
+                    atol=1e-5,
                 )
+            assert int(info.budget) == int(batched.limit[i, t])
 
 
 def test_history_rows_narrower_than_the_per_query_cap_are_refused():
@@ -242,13 +239,13 @@ def test_the_learned_call_order_pays_where_the_learned_order_points():
     paid = {}
     for order in ("learned", "similarity"):
         policy = ad.adaptive_policy(config._replace(call_order=order))
-        _, info = policy.score_query(ledger, query, lambda mask: answers, None, bias)
+        _, info = ad.score_query(policy, ledger, query, lambda mask: answers, None, bias)
         paid[order] = set(np.flatnonzero(np.asarray(info.anchors)).tolist())
     assert paid["learned"] == {0, 1, 12, 13}
     assert paid["similarity"] == {0, 1, 2, 3}
     # A fresh ledger has learned nothing: its order is similarity's.
     policy = ad.adaptive_policy(config)
-    _, info = policy.score_query(policy.init(), query, lambda mask: answers, None, bias)
+    _, info = ad.score_query(policy, policy.init(), query, lambda mask: answers, None, bias)
     assert set(np.flatnonzero(np.asarray(info.anchors)).tolist()) == {0, 1, 2, 3}
 
 

@@ -39,20 +39,26 @@ The parts, one idea per module:
 * :mod:`~earm_jax.policies.adaptive.policy`: the policy assembled, and
   :func:`run_adaptive` over one stream.
 
-Every function here is pure and shape-static: the simulator runs
-``begin → (select_round → observe_round) × R → finish`` inside ``jit``,
-``lax.scan`` and ``vmap`` (:func:`run_adaptive`), and a host loop calls the same
-functions with one batched scorer request per round (``score_query``).
+Every function here is pure and shape-static, and the policy is an
+:class:`earm_jax.Policy` (the one protocol): the simulator runs
+``begin → (select → observe) × R → finish`` inside ``jit``, ``lax.scan`` and
+``vmap`` (:func:`run_adaptive` alone, :func:`earm_jax.run` beside the solver),
+and a host loop (:func:`earm_jax.core.rounds.pay_rounds`) calls the same
+functions with one batched scorer request per round.
 
->>> import jax.numpy as jnp
+>>> import jax, jax.numpy as jnp
 >>> import earm_jax.policies.adaptive as ad
 >>> from earm_jax.base import Query
+>>> from earm_jax.core.rounds import pay_rounds
 >>> policy = ad.adaptive_policy(ad.AdaptiveConfig(pool_size=8, round_sizes=(2, 2)))
->>> ledger = policy.init()
+>>> key = jax.random.key(0)
+>>> ledger = policy.init(key)
 >>> query = Query(jnp.arange(8, dtype=jnp.int32), jnp.linspace(1, 0, 8),
 ...               jnp.ones(8, bool))
 >>> truth = jnp.array([0, 1, 0, 0, 0, 0, 0, 0], jnp.float32)
->>> ledger, info = policy.score_query(ledger, query, lambda mask: truth)
+>>> pay = lambda positions: (truth[positions], jnp.ones(len(positions), bool))
+>>> ledger, info = pay_rounds(policy, key, ledger, query,
+...                           ad.policy_context(query), pay)
 >>> int(info.calls), int(info.rounds), int(jnp.argmax(info.scores))
 (2, 1, 1)
 """
@@ -77,8 +83,11 @@ from earm_jax.policies.adaptive.config import (
 from earm_jax.policies.adaptive.order import order_features as order_features
 from earm_jax.policies.adaptive.order import order_weights as order_weights
 from earm_jax.policies.adaptive.policy import adaptive_policy as adaptive_policy
+from earm_jax.policies.adaptive.policy import adaptive_query as adaptive_query
+from earm_jax.policies.adaptive.policy import policy_context as policy_context
 from earm_jax.policies.adaptive.policy import rounds_summary as rounds_summary
 from earm_jax.policies.adaptive.policy import run_adaptive as run_adaptive
+from earm_jax.policies.adaptive.policy import score_query as score_query
 from earm_jax.policies.adaptive.state import AdaptiveInfo as AdaptiveInfo
 from earm_jax.policies.adaptive.state import AdaptivePolicy as AdaptivePolicy
 from earm_jax.policies.adaptive.state import Ledger as Ledger
@@ -101,7 +110,10 @@ __all__ = [
     "order_features",
     "order_weights",
     "rounds_summary",
+    "adaptive_query",
+    "policy_context",
     "run_adaptive",
+    "score_query",
     "similarity_ranks",
     "truncation_corrected_variance",
     "validate_adaptive_config",

@@ -1,6 +1,8 @@
-"""The adaptive policy assembled: ``begin → (select_round → observe_round) × R →
-finish`` per query, the host loop (:func:`AdaptivePolicy.score_query`), the
-traced loop (``step``) and one stream's queries (:func:`run_adaptive`)."""
+"""The adaptive policy assembled: ``begin → (select → observe) × R → finish``
+per query (the :class:`~earm_jax.base.Policy` protocol; the loops are
+:func:`~earm_jax.core.rounds.traced_rounds` and
+:func:`~earm_jax.core.rounds.pay_rounds`), and one stream's queries with the
+policy alone (:func:`run_adaptive`)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 
-from earm_jax.base import Observation, Query
+from earm_jax.base import Observation, Query, QueryContext
+from earm_jax.core.rounds import pay_rounds, traced_rounds
 from earm_jax.policies.adaptive.answer_model import answer_model
 from earm_jax.policies.adaptive.config import (
     UNITS,
@@ -29,7 +32,7 @@ from earm_jax.policies.adaptive.state import (
     similarity_ranks,
 )
 from earm_jax.policies.adaptive.stop_rules import round_selector, stop_rule
-from earm_jax.types import Array, ArrayLike
+from earm_jax.types import Array, ArrayLike, PRNGKey
 
 
 def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
@@ -50,16 +53,17 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
     select_round = round_selector(config, model)
     rule = stop_rule(config)
 
-    def init(call_budget: ArrayLike | None = None) -> Ledger:
+    def init(
+        key: PRNGKey | None = None, call_budget: ArrayLike | None = None
+    ) -> Ledger:
+        del key  # the ledger starts empty: nothing random
         return initial_ledger(config, call_budget, rule.init(config))
 
     def begin(
-        ledger: Ledger,
-        query: Query,
-        usable: ArrayLike | None = None,
-        memory_bias: ArrayLike | None = None,
+        key: PRNGKey | None, ledger: Ledger, query: Query, context: QueryContext
     ) -> RoundState:
-        usable = jnp.asarray(query.valid if usable is None else usable, bool)
+        del key  # the rounds are deterministic given the answers
+        usable = jnp.asarray(context.usable, bool)
         num_usable = jnp.sum(usable)
         allowance = jnp.floor(
             ledger.call_budget * UNITS * num_usable.astype(jnp.float32)
@@ -78,20 +82,18 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
             limit=limit.astype(jnp.int32),
             calls=jnp.zeros((), jnp.int32),
             allowance=allowance,
-            features=order_features(query.similarity, usable, memory_bias),
+            features=order_features(query.similarity, usable, context.memory_bias),
         )
 
-    def observe_round(
+    def observe(
         ledger: Ledger,
         rs: RoundState,
+        requested: ArrayLike,
         observation: Observation,
-        requested: ArrayLike | None = None,
     ) -> RoundState:
         values = jnp.asarray(observation.values, jnp.float32)
-        got = jnp.asarray(observation.mask, bool) & rs.usable & ~rs.scored
-        got = got & jnp.isfinite(values)
-        requested = got if requested is None else jnp.asarray(requested, bool)
-        requested = requested & rs.usable & ~rs.scored
+        requested = jnp.asarray(requested, bool) & rs.usable & ~rs.scored
+        got = jnp.asarray(observation.mask, bool) & requested & jnp.isfinite(values)
         num_requested = jnp.sum(requested).astype(jnp.int32)
         state_now = model.found_state(ledger, rs)
         calls = rs.calls + num_requested
@@ -130,43 +132,51 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
         )
         return new_ledger, info
 
-    def score_query(
-        ledger: Ledger,
-        query: Query,
-        scorer: Callable[[Array], ArrayLike],
-        usable: ArrayLike | None = None,
-        memory_bias: ArrayLike | None = None,
-    ) -> tuple[Ledger, AdaptiveInfo]:
-        rs = begin(ledger, query, usable, memory_bias)
-        for _ in range(num_rounds):
-            mask = select_round(ledger, rs)
-            if not bool(jnp.any(mask)):
-                break
-            values = jnp.asarray(scorer(mask), jnp.float32)
-            ok = mask & jnp.isfinite(values)
-            rs = observe_round(ledger, rs, Observation(values, ok), requested=mask)
-        return finish(ledger, rs)
+    return AdaptivePolicy(init, begin, select_round, observe, finish, config)
 
-    def step(
-        ledger: Ledger,
-        query: Query,
-        scores_row: ArrayLike,
-        usable: ArrayLike | None = None,
-        memory_bias: ArrayLike | None = None,
-    ) -> tuple[Ledger, AdaptiveInfo]:
-        scores_row = jnp.asarray(scores_row, jnp.float32)
-        rs = begin(ledger, query, usable, memory_bias)
 
-        def one_round(_, rs):
-            mask = select_round(ledger, rs)
-            return observe_round(ledger, rs, Observation(scores_row, mask))
+def policy_context(query: Query, usable: ArrayLike | None = None, memory_bias=None):
+    """The :class:`~earm_jax.base.QueryContext` of a policy run alone (no
+    experience matrix beside it): ``usable`` defaults to ``query.valid``."""
+    usable = jnp.asarray(query.valid if usable is None else usable, bool)
+    count = jnp.zeros((), jnp.int32)
+    room = jnp.asarray(usable.shape[-1], jnp.int32)
+    return QueryContext(usable, count, room, memory_bias)
 
-        rs = jax.lax.fori_loop(0, num_rounds, one_round, rs)
-        return finish(ledger, rs)
 
-    return AdaptivePolicy(
-        init, begin, select_round, observe_round, finish, score_query, step, config
-    )
+def adaptive_query(
+    policy: AdaptivePolicy,
+    ledger: Ledger,
+    query: Query,
+    answers: ArrayLike,
+    usable: ArrayLike | None = None,
+    memory_bias: ArrayLike | None = None,
+) -> tuple[Ledger, AdaptiveInfo]:
+    """One query's rounds with the answers known up front (jit-able): the
+    policy alone, or beside a model that supplies ``memory_bias``."""
+    context = policy_context(query, usable, memory_bias)
+    return traced_rounds(policy, None, ledger, query, context, answers)
+
+
+def score_query(
+    policy: AdaptivePolicy,
+    ledger: Ledger,
+    query: Query,
+    scorer: Callable[[Array], ArrayLike],
+    usable: ArrayLike | None = None,
+    memory_bias: ArrayLike | None = None,
+) -> tuple[Ledger, AdaptiveInfo]:
+    """One query's rounds on the host (:func:`~earm_jax.core.rounds.pay_rounds`)
+    with ``scorer(mask) -> float32[N]`` called once per round; a non-finite
+    answer at a requested candidate is a failed call."""
+
+    def pay(positions):
+        mask = jnp.zeros(jnp.shape(query.candidates), bool).at[positions].set(True)
+        values = jnp.asarray(scorer(mask), jnp.float32)[positions]
+        return values, jnp.isfinite(values)
+
+    context = policy_context(query, usable, memory_bias)
+    return pay_rounds(policy, None, ledger, query, context, pay)
 
 
 def run_adaptive(
@@ -176,7 +186,10 @@ def run_adaptive(
     usable: ArrayLike | None = None,
     call_budget: ArrayLike | None = None,
 ) -> tuple[Ledger, AdaptiveInfo]:
-    """The adaptive policy over one stream's queries (``lax.scan``; jit-able).
+    """The adaptive policy alone over one stream's queries (``lax.scan``;
+    jit-able): no experience matrix beside it, so the learned order reads no
+    memory bias (:func:`~earm_jax.run` with
+    ``online_solver(config, policy)`` runs it beside one).
 
     Args:
       policy: from :func:`adaptive_policy`.
@@ -192,11 +205,11 @@ def run_adaptive(
 
     def one_query(ledger, inputs):
         query, row, use = inputs
-        return policy.step(ledger, query, row, use)
+        return adaptive_query(policy, ledger, query, row, use)
 
     return jax.lax.scan(
         one_query,
-        policy.init(call_budget),
+        policy.init(None, call_budget),
         (queries, jnp.asarray(scores, jnp.float32), usable),
     )
 
@@ -215,4 +228,11 @@ def rounds_summary(rounds: Sequence[int] | ArrayLike) -> dict[str, float]:
     }
 
 
-__all__ = ["adaptive_policy", "rounds_summary", "run_adaptive"]
+__all__ = [
+    "adaptive_policy",
+    "adaptive_query",
+    "policy_context",
+    "rounds_summary",
+    "run_adaptive",
+    "score_query",
+]

@@ -114,36 +114,46 @@ class AdaptiveInfo(NamedTuple):
 
 
 class AdaptivePolicy(NamedTuple):
-    """The adaptive policy's pure functions; build it with
-    :func:`~earm_jax.policies.adaptive.adaptive_policy`.
+    """The adaptive policy's pure functions, a :class:`~earm_jax.base.Policy`;
+    build it with :func:`~earm_jax.policies.adaptive.adaptive_policy`.
 
     Attributes:
-      init: ``(call_budget=None) -> Ledger``.
-      begin: ``(ledger, query, usable=None, memory_bias=None) -> RoundState``;
-        ``memory_bias`` (``float32[N]``, the candidates' biases in the experience
-        matrix, fitted on earlier queries only) feeds the learned order.
-      select_round: ``(ledger, round_state) -> bool[N]`` the next round's
+      init: ``(key, call_budget=None) -> Ledger``; ``call_budget`` (may be
+        traced, so a budget sweep does not recompile) overrides
+        ``config.call_budget``. The key is not read: the ledger starts empty.
+      begin: ``(key, ledger, query, context) -> RoundState``; the context's
+        ``memory_bias`` (the candidates' biases in the experience matrix,
+        fitted on earlier queries only) feeds the learned order.
+      select: ``(ledger, round_state) -> bool[N]`` the next round's
         candidates (all False when the query is done).
-      observe_round: ``(ledger, round_state, observation, requested=None) ->
-        RoundState`` folds one round's scores in.
+      observe: ``(ledger, round_state, requested, observation) -> RoundState``
+        folds one round's answers in (``requested`` count as calls, answered
+        or not).
       finish: ``(ledger, round_state) -> (ledger, AdaptiveInfo)``.
-      score_query: ``(ledger, query, scorer, usable=None, memory_bias=None) ->
-        (ledger, info)``, the
-        host loop: ``scorer(mask) -> float32[N]`` is called once per round.
-      step: ``(ledger, query, scores_row, usable=None, memory_bias=None) ->
-        (ledger, info)``, the
-        traced loop (``lax.fori_loop`` over the rounds) for simulation.
       config: the :class:`~earm_jax.policies.adaptive.AdaptiveConfig`.
     """
 
-    init: Callable[[], Ledger]
+    init: Callable[..., Ledger]
     begin: Callable[..., RoundState]
-    select_round: Callable[[Ledger, RoundState], Array]
-    observe_round: Callable[..., RoundState]
+    select: Callable[[Ledger, RoundState], Array]
+    observe: Callable[..., RoundState]
     finish: Callable[[Ledger, RoundState], tuple[Ledger, AdaptiveInfo]]
-    score_query: Callable[..., tuple[Ledger, AdaptiveInfo]]
-    step: Callable[..., tuple[Ledger, AdaptiveInfo]]
     config: AdaptiveConfig
+
+    @property
+    def pool_size(self) -> int:
+        """The pool size ``N`` the policy was built for."""
+        return self.config.pool_size
+
+    @property
+    def num_rounds(self) -> int:
+        """The most rounds one query takes."""
+        return self.config.num_rounds
+
+    @property
+    def max_calls(self) -> int:
+        """The most calls one query may pay (``config.per_query_cap``)."""
+        return self.config.per_query_cap
 
 
 def initial_ledger(
