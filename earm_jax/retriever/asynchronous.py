@@ -212,7 +212,12 @@ class AsyncRetrieving:
     # ----------------------------------------------------------- one query
 
     def _unpaid(
-        self, text: str, pool: Query, index: int, known: Mapping[str, PairScore]
+        self,
+        text: str,
+        pool: Query,
+        index: int,
+        known: Mapping[str, PairScore],
+        vector=None,
     ) -> list[str]:
         """Memory texts the query's anchors need that are neither stored nor
         ``known``, were it recorded at ``index`` now (no state changes)."""
@@ -250,7 +255,7 @@ class AsyncRetrieving:
             )
 
         try:
-            self._rounds(pool, pay)
+            self._rounds(pool, pay, vector)
         except _Unpaid as unpaid:
             return unpaid.texts
         return []
@@ -258,7 +263,7 @@ class AsyncRetrieving:
     def _step(
         self,
         text: str,
-        pool_of: Callable[[], Query],
+        pool_of: Callable[[], tuple[Query, np.ndarray]],
         k: int,
         turn: _Turn,
         known: dict[str, PairScore],
@@ -267,12 +272,12 @@ class AsyncRetrieving:
         """One look at the query (under the lock): its answer when it is its
         turn and nothing is unpaid, else the unpaid texts and the index hint."""
         self._check_open()
-        pool = pool_of()
+        pool, vector = pool_of()
         position = self._position(turn)
         index = self._count + position
-        missing = self._unpaid(text, pool, index, known)
+        missing = self._unpaid(text, pool, index, known, vector)
         if not missing and position == 0:
-            return self._answer(text, pool, k, known, prepaid)
+            return self._answer(text, pool, k, known, prepaid, vector)
         return missing, index
 
     def _store_paid(
@@ -318,7 +323,11 @@ class AsyncRetrieving:
         return len(mine)
 
     async def _answer_async(
-        self, text: str, pool_of: Callable[[], Query], k: int, turn: _Turn
+        self,
+        text: str,
+        pool_of: Callable[[], tuple[Query, np.ndarray]],
+        k: int,
+        turn: _Turn,
     ) -> Retrieved:
         known: dict[str, PairScore] = {}
         prepaid = 0
@@ -352,7 +361,7 @@ class AsyncRetrieving:
         vector = self._embed_queries([text], "query")[0]
         (turn,) = self._join_queue()
         return await self._answer_async(
-            text, lambda: self._query_pool(vector, where), k, turn
+            text, lambda: (self._query_pool(vector, where), vector), k, turn
         )
 
     async def aquery_many(
@@ -369,7 +378,10 @@ class AsyncRetrieving:
         turns = self._join_queue(len(texts))
         tasks = [
             self._answer_async(
-                text, lambda vector=vector: self._query_pool(vector, None), k, turn
+                text,
+                lambda vector=vector: (self._query_pool(vector, None), vector),
+                k,
+                turn,
             )
             for text, vector, turn in zip(texts, vectors, turns, strict=True)
         ]
@@ -398,7 +410,7 @@ class AsyncRetrieving:
         scores = None if parsed[0][2] is None else [p[2] for p in parsed]
         (turn,) = self._join_queue()
         return await self._answer_async(
-            query, lambda: self._candidate_pool(ids, scores, vector), k, turn
+            query, lambda: (self._candidate_pool(ids, scores, vector), vector), k, turn
         )
 
     async def aadd(

@@ -4,6 +4,7 @@ of the process, and the dummy run that compiles them ahead of need."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from typing import Any
@@ -11,10 +12,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from earm_jax.base import Observation, Query
+from earm_jax.base import Observation, Query, QueryContext, SideInputs
 from earm_jax.core.config import SolverConfig
 from earm_jax.core.online import online_solver
 from earm_jax.policies.adaptive import adaptive_policy
+from earm_jax.policies.learned_calls import learned_calls_policy
 from earm_jax.retriever.config import RetrieverConfig
 
 # Jitted select/observe per (solver shapes, policy): shared by every retriever
@@ -90,23 +92,58 @@ def left_behind(solver_config: SolverConfig, config: RetrieverConfig) -> int:
     return len(stale)
 
 
-def adaptive_for(config: RetrieverConfig):
-    """The ``best`` preset's jitted round functions, or ``None`` (paper preset)."""
-    adaptive_config = config.adaptive_config(config.pool_size)
-    if adaptive_config is None:
-        return None
-    key = ("adaptive", adaptive_config)
+def adaptive_for(config: RetrieverConfig, embedding_dim: int = 0):
+    """The jitted round functions of a preset that pays in rounds (``best``,
+    ``learned_calls``: the policy, ``begin``, ``select``, ``observe``,
+    ``finish``), or ``None`` (``paper``, ``top_similarity``).
+    ``embedding_dim``: the width of the embeddings learned calls read."""
+    if config.preset == "learned_calls":
+        policy_of = functools.partial(
+            learned_calls_policy,
+            embedding_dim,
+            config.pool_size,
+            budget=config.policy(config.pool_size).budget,
+        )
+        key = ("learned_calls", config.pool_size, config.call_budget, embedding_dim)
+    else:
+        adaptive_config = config.adaptive_config(config.pool_size)
+        if adaptive_config is None:
+            return None
+        policy_of = functools.partial(adaptive_policy, adaptive_config)
+        key = ("adaptive", adaptive_config)
     with _FUNCTIONS_LOCK:
         if key not in _FUNCTIONS:
-            policy = adaptive_policy(adaptive_config)
+            policy = policy_of()
             _FUNCTIONS[key] = (
                 policy,
                 jax.jit(policy.begin),
-                jax.jit(policy.select_round),
-                jax.jit(policy.observe_round),
+                jax.jit(policy.select),
+                jax.jit(policy.observe),
                 jax.jit(policy.finish),
             )
         return _FUNCTIONS[key]
+
+
+def round_context(
+    usable, count: int, room: int, memory_bias=None, side: SideInputs | None = None
+) -> QueryContext:
+    """A round preset's :class:`~earm_jax.base.QueryContext`, typed the same
+    way at every query so its round functions compile once."""
+    usable = jnp.asarray(usable, bool)
+    if memory_bias is None:
+        memory_bias = jnp.zeros(usable.shape, jnp.float32)
+    if side is not None:
+        side = SideInputs(
+            jnp.asarray(side.query_embedding, jnp.float32),
+            jnp.asarray(side.candidate_embeddings, jnp.float32),
+        )
+    return QueryContext(
+        usable,
+        jnp.asarray(count, jnp.int32),
+        jnp.asarray(room, jnp.int32),
+        jnp.asarray(memory_bias, jnp.float32),
+        side,
+    )
 
 
 def policy_key(config: RetrieverConfig) -> tuple:
@@ -122,7 +159,13 @@ def solver_config_of(config: RetrieverConfig, num_memories: int, capacity: int):
     return config.solver_config(num_memories, capacity, config.pool_size)
 
 
-def run_dummy(state, solver_config: SolverConfig, config: RetrieverConfig, key) -> None:
+def run_dummy(
+    state,
+    solver_config: SolverConfig,
+    config: RetrieverConfig,
+    key,
+    embedding_dim: int = 0,
+) -> None:
     """Runs every compiled function of ``config`` once on an empty pool, so the
     shapes of ``state`` are compiled before a query needs them."""
     select, observe = functions_for(solver_config, config)
@@ -135,13 +178,21 @@ def run_dummy(state, solver_config: SolverConfig, config: RetrieverConfig, key) 
     select(key, state, query)
     nothing = Observation(jnp.zeros(size), jnp.zeros(size, bool))
     observe(state, query, nothing)
-    adaptive = adaptive_for(config)
-    if adaptive is not None:  # the best preset's round functions too
+    if config.preset == "learned_calls" and not embedding_dim:
+        return  # no memory yet: the width learned calls compile for is unknown
+    adaptive = adaptive_for(config, embedding_dim)
+    if adaptive is not None:  # the round preset's functions too
         policy, begin, select_round, observe_round, finish = adaptive
         ledger = policy.init()
-        progress = begin(ledger, query, query.valid, jnp.zeros(size))
+        side = None
+        if config.preset == "learned_calls":
+            side = SideInputs(
+                jnp.zeros(embedding_dim), jnp.zeros((size, embedding_dim))
+            )
+        context = round_context(query.valid, 0, size, side=side)
+        progress = begin(None, ledger, query, context)
         select_round(ledger, progress)
-        progress = observe_round(ledger, progress, nothing, query.valid)
+        progress = observe_round(ledger, progress, query.valid, nothing)
         finish(ledger, progress)
 
 
@@ -150,6 +201,7 @@ __all__ = [
     "build_policy",
     "functions_for",
     "left_behind",
+    "round_context",
     "run_dummy",
     "solver_config_of",
     "track",

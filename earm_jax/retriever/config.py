@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from earm_jax.base import Policy
+from earm_jax.base import AnchorPolicy
 from earm_jax.policies import top_similarity_policy
 from earm_jax.policies.budget import constant_budget
 from earm_jax.scoring.base import ScorerIdentity
@@ -46,7 +46,10 @@ def similarity_score(similarity: np.ndarray) -> np.ndarray:
     return np.clip((1.0 + np.asarray(similarity, np.float64)) / 2.0, 0.0, 1.0)
 
 
-RETRIEVER_PRESETS = ("best", "top_similarity", "paper")
+RETRIEVER_PRESETS = ("best", "learned_calls", "top_similarity", "paper")
+
+ROUND_PRESETS = ("best", "learned_calls")
+"""Presets whose queries pay in rounds, with a carry from query to query."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +66,15 @@ class RetrieverConfig(EarmSettings):
       ``"best"`` (the default for new folders): the adaptive multi-round
         policy under a hard cap of ``call_budget`` times the pool per query
         on average (:mod:`earm_jax.policies.adaptive`);
+      ``"learned_calls"``: Top-similarity's calls (``ceil(call_budget *
+        pool_size)`` per query) in two rounds: the 40% most similar, then
+        where a regression of every answer paid so far on the question's and
+        the memory's embeddings points (:mod:`earm_jax.policies.learned_calls`);
+        paid candidates rank by their answer, the rest by similarity. With a
+        strong trained scorer it pays deeper evidence than either ``best`` or
+        ``top_similarity`` (docs/trained-scorer.md). It keeps each query's
+        embedding in the query's record, to rebuild the regression on reopen,
+        so ``query_retention="none"`` is refused with it;
       ``"top_similarity"``: scores the ``ceil(call_budget * pool_size)`` most
         similar candidates of every query (the equal-calls baseline to compare
         ``best`` against on one's own traffic);
@@ -167,16 +179,24 @@ class RetrieverConfig(EarmSettings):
                 f"RetrieverConfig.query_retention must be one of {QUERY_RETENTIONS}, "
                 f"got {self.query_retention!r}"
             )
+        if self.preset == "learned_calls" and self.query_retention == "none":
+            raise ValueError(
+                "RetrieverConfig.query_retention='none' keeps nothing of a query, "
+                "but preset='learned_calls' rebuilds its regression from each "
+                "query's embedding on reopen: use query_retention='hash-only' or "
+                "'keep', or another preset"
+            )
         if self.synchronous not in ("FULL", "NORMAL"):
             raise ValueError(
                 f"RetrieverConfig.synchronous must be 'FULL' or 'NORMAL', got "
                 f"{self.synchronous!r}"
             )
 
-    def policy(self, pool_size: int, budget_scale=None) -> Policy:
-        """The anchor policy of ``paper`` and ``top_similarity`` (``best``
-        picks its anchors in rounds: :mod:`earm_jax.retriever.rounds`)."""
-        if self.preset != "top_similarity":
+    def policy(self, pool_size: int, budget_scale=None) -> AnchorPolicy:
+        """The anchor policy of ``paper`` and ``top_similarity`` (``best`` and
+        ``learned_calls`` pick their anchors in rounds:
+        :mod:`earm_jax.retriever.rounds`; the solver stores what they paid)."""
+        if self.preset not in ("top_similarity", "learned_calls"):
             return super().policy(pool_size, budget_scale)
         calls = min(pool_size, math.ceil(self.call_budget * pool_size))
         return top_similarity_policy(pool_size, budget=constant_budget(calls))

@@ -83,7 +83,8 @@ class Growth:
         self._run_dummy(self.state, self.solver_config)
 
     def _run_dummy(self, state, solver_config) -> None:
-        run_dummy(state, solver_config, self.config, self._key("select", 0))
+        width = self._embeddings.shape[1] if self._embeddings.size else 0
+        run_dummy(state, solver_config, self.config, self._key("select", 0), width)
 
     def _warm(self, state, solver_config, target) -> None:
         try:

@@ -214,15 +214,15 @@ class OnlineRetriever(
     def _apply_retire(self, rows: Sequence[int]) -> None:
         self._set_insert_time(rows, NOT_INSERTED)
 
-    def _apply_query(self, query: Query, observation: Observation):
+    def _apply_query(self, query: Query, observation: Observation, vector=None):
         self._ensure_room(self._rows_applied, self._count + 1)
         if self.ledger is not None and not self.similarity_only:
             # Replay the rounds with the recorded answers: the same requests,
-            # hence the same ledger, as when the query ran.
+            # hence the same carry, as when the query ran.
             values = np.asarray(observation.values)
             ok = np.asarray(observation.mask)
             self.ledger, _, _ = self._rounds(
-                query, lambda positions: (values[positions], ok[positions])
+                query, lambda positions: (values[positions], ok[positions]), vector
             )
         _, observe = self._functions()
         state, info = observe(self.state, query, observation)
@@ -250,7 +250,17 @@ class OnlineRetriever(
         return self._count
 
     def _finish(
-        self, text, query, positions, rows, answers, k, calls, hits, adaptive=None
+        self,
+        text,
+        query,
+        positions,
+        rows,
+        answers,
+        k,
+        calls,
+        hits,
+        adaptive=None,
+        vector=None,
     ):
         """Records the query, updates the state, and builds the answer."""
         size = self.config.pool_size
@@ -309,7 +319,7 @@ class OnlineRetriever(
             payload["text"] = text
         with self._journal.transaction() as db:
             seq = Journal.append_op(
-                db, "query", payload, self._encode_query(query, observation)
+                db, "query", payload, self._encode_query(query, observation, vector)
             )
             if keep_text and self._redacted.get("texts"):
                 self._redacted = {**self._redacted, "texts": False}
@@ -378,23 +388,30 @@ class OnlineRetriever(
         """
         text, k, where = self._checked_query(text, k, where)
         vector = self._embed_queries([text], "query")[0]
-        return self._answer(text, self._query_pool(vector, where), k)
+        return self._answer(text, self._query_pool(vector, where), k, vector=vector)
 
     def _answer(
-        self, text: str, query: Query, k: int, known=None, prepaid: int = 0
+        self,
+        text: str,
+        query: Query,
+        k: int,
+        known=None,
+        prepaid: int = 0,
+        vector=None,
     ) -> Retrieved:
         """Pays what the anchors need and records the query.
 
         ``known``: answers this query holds already, by memory text (the
         asynchronous path pays before it takes its turn); ``prepaid``: the
-        pairs it paid for them, reported as this query's calls.
+        pairs it paid for them, reported as this query's calls; ``vector``:
+        the query's embedding (the learned-calls preset reads and records it).
         """
         index = self._count
         self._ensure_room(self._rows_applied, index + 1)
         if self.similarity_only:
             return self._finish(text, query, [], [], [], k, 0, 0)
         if self.ledger is not None:
-            return self._answer_adaptive(text, query, k, known, prepaid)
+            return self._answer_adaptive(text, query, k, known, prepaid, vector)
         positions, rows, cached = self._prepare(text, query, index, self.state)
         answers, calls, hits = self._pay(text, rows, cached, index, known)
         return self._finish(
@@ -429,7 +446,7 @@ class OnlineRetriever(
             None if parsed[0][2] is None else [p[2] for p in parsed],
             vector,
         )
-        return self._answer(query, pool, k)
+        return self._answer(query, pool, k, vector=vector)
 
     @serialized
     def query_many(self, texts: Sequence[str], k: int | None = None) -> list[Retrieved]:
@@ -455,8 +472,8 @@ class OnlineRetriever(
             # no anchors can be planned ahead, so the queries run in turn
             # (without a scorer there is nothing to plan).
             return [
-                self._answer(text, pool, k)
-                for text, pool in zip(texts, pools, strict=True)
+                self._answer(text, pool, k, vector=vector)
+                for text, pool, vector in zip(texts, pools, vectors, strict=True)
             ]
         start = self._count
         # Plan every query's anchors up front (select reads only the count and

@@ -323,7 +323,9 @@ class Recovery:
             config, config.initial_memories, config.initial_queries
         )
         self.state = self._initial_state(self.solver_config)
-        adaptive = adaptive_for(self.config)
+        adaptive = adaptive_for(self.config, self._policy_width())
+        # The round preset's carry (best's call ledger, learned calls'
+        # regression); None for the one-round presets.
         self.ledger: Ledger | None = None if adaptive is None else adaptive[0].init()
         self._count = 0
         self._rows_applied = 0
@@ -372,8 +374,8 @@ class Recovery:
                         f"{where}: query index {payload.get('index')}, expected "
                         f"{expected_query}"
                     )
-                query, observation = self._decode_query(data, where)
-                self._apply_query(query, observation)
+                query, observation, vector = self._decode_query(data, where)
+                self._apply_query(query, observation, vector)
                 expected_query += 1
             else:
                 raise CorruptFolderError(f"{where}: unknown operation kind")
@@ -466,23 +468,37 @@ class Recovery:
 
     # ------------------------------------------------------------- encoding
 
-    def _encode_query(self, query: Query, observation: Observation) -> bytes:
-        return b"".join(
-            [
-                np.asarray(query.candidates, np.int32).tobytes(),
-                np.asarray(query.similarity, np.float32).tobytes(),
-                np.asarray(query.valid, np.bool_).tobytes(),
-                np.asarray(observation.values, np.float32).tobytes(),
-                np.asarray(observation.mask, np.bool_).tobytes(),
-            ]
-        )
+    def _policy_width(self) -> int:
+        """The embedding width learned calls read (0 for the other presets):
+        the memories', or the embedder's while the folder holds none."""
+        if self.config.preset != "learned_calls":
+            return 0
+        if self._embeddings.size:
+            return int(self._embeddings.shape[1])
+        return int(self._embed_queries(["width"], "a width probe").shape[1])
+
+    def _encode_query(
+        self, query: Query, observation: Observation, vector=None
+    ) -> bytes:
+        parts = [
+            np.asarray(query.candidates, np.int32).tobytes(),
+            np.asarray(query.similarity, np.float32).tobytes(),
+            np.asarray(query.valid, np.bool_).tobytes(),
+            np.asarray(observation.values, np.float32).tobytes(),
+            np.asarray(observation.mask, np.bool_).tobytes(),
+        ]
+        if self.config.preset == "learned_calls":
+            # The regression is rebuilt on reopen from every query's embedding.
+            parts.append(np.asarray(vector, np.float32).tobytes())
+        return b"".join(parts)
 
     def _decode_query(self, data: bytes | None, where: str):
         size = self.config.pool_size
-        if data is None or len(data) != 14 * size:
+        width = self._policy_width()
+        if data is None or len(data) != 14 * size + 4 * width:
             raise CorruptFolderError(
                 f"{where}: pool record has {0 if data is None else len(data)} bytes, "
-                f"expected {14 * size}"
+                f"expected {14 * size + 4 * width}"
             )
         parts, offset = [], 0
         for dtype, width in (
@@ -499,9 +515,17 @@ class Recovery:
             raise CorruptFolderError(f"{where}: a candidate row was not added yet")
         if np.any(mask & ~valid) or np.any(mask & ~((values >= 0) & (values <= 1))):
             raise CorruptFolderError(f"{where}: an observed score is invalid")
+        vector = None
+        if width:
+            vector = np.frombuffer(data[offset:], np.float32)
+            if not np.all(np.isfinite(vector)):
+                raise CorruptFolderError(
+                    f"{where}: the query's embedding is not finite"
+                )
         return (
             Query(jnp.asarray(candidates), jnp.asarray(similarity), jnp.asarray(valid)),
             Observation(jnp.asarray(values), jnp.asarray(mask)),
+            vector,
         )
 
     # ------------------------------------------------------------- snapshots

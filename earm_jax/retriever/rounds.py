@@ -1,5 +1,7 @@
-"""The ``best`` preset's query: rounds of growing size, one batched scorer
-request each, run live or replayed from the recorded answers."""
+"""The query of a preset that pays in rounds (``best``: rounds of growing
+size; ``learned_calls``: the most similar, then where the learned regression
+points), one batched scorer request each, run live or replayed from the
+recorded answers."""
 
 from __future__ import annotations
 
@@ -8,34 +10,50 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from earm_jax.base import Observation, Query
+from earm_jax.base import Observation, Query, SideInputs
 from earm_jax.core.online import usable_candidates
 from earm_jax.policies.adaptive import Ledger
-from earm_jax.retriever.compiled import adaptive_for
+from earm_jax.retriever.compiled import adaptive_for, round_context
 from earm_jax.retriever.config import Retrieved
 
 
 class AdaptiveRounds:
     """The ``best`` preset's half of :class:`OnlineRetriever`."""
 
-    def _rounds(self, query: Query, pay) -> tuple[Ledger, Any, int]:
-        """The ``best`` preset's rounds for one query.
+    def _rounds(self, query: Query, pay, vector=None) -> tuple[Ledger, Any, int]:
+        """The round preset's rounds for one query.
 
         ``pay(positions) -> (values, ok)`` answers one round (one batched scorer
-        request live; the recorded answers on replay). Returns the new ledger,
-        the policy's info and the number of rounds.
+        request live; the recorded answers on replay); ``vector`` is the query's
+        embedding (learned calls read it). Returns the policy's new carry (the
+        call ledger, the regression), its decision and the number of rounds.
         """
-        policy, begin, select_round, observe_round, finish = adaptive_for(self.config)
+        policy, begin, select_round, observe_round, finish = adaptive_for(
+            self.config, self._policy_width()
+        )
+        side = None
+        if self.config.preset == "learned_calls":
+            rows = np.clip(np.asarray(query.candidates), 0, len(self._embeddings) - 1)
+            side = SideInputs(np.asarray(vector, np.float32), self._embeddings[rows])
         ledger = self.ledger
         # The learned order of the unscored reads the memories' biases in the
         # experience matrix as fitted on the queries before this one.
         memory_bias = self.state.memory_bias[query.candidates]
         progress = begin(
-            ledger, query, usable_candidates(self.state, query), memory_bias
+            None,
+            ledger,
+            query,
+            round_context(
+                usable_candidates(self.state, query),
+                self.state.count,
+                self.config.pool_size,
+                memory_bias,
+                side,
+            ),
         )
         size = self.config.pool_size
         rounds = 0
-        for _ in range(policy.config.num_rounds):
+        for _ in range(policy.num_rounds):
             requested = np.asarray(select_round(ledger, progress))
             if not requested.any():
                 break
@@ -48,15 +66,21 @@ class AdaptiveRounds:
             progress = observe_round(
                 ledger,
                 progress,
-                Observation(jnp.asarray(values), jnp.asarray(mask)),
                 jnp.asarray(requested),
+                Observation(jnp.asarray(values), jnp.asarray(mask)),
             )
             rounds += 1
         ledger, info = finish(ledger, progress)
         return ledger, info, rounds
 
     def _answer_adaptive(
-        self, text: str, query: Query, k: int, known=None, prepaid: int = 0
+        self,
+        text: str,
+        query: Query,
+        k: int,
+        known=None,
+        prepaid: int = 0,
+        vector=None,
     ) -> Retrieved:
         index = self._count
         all_positions, all_rows, all_answers = [], [], []
@@ -78,7 +102,7 @@ class AdaptiveRounds:
                 np.asarray([a.ok for a in answers], bool),
             )
 
-        ledger, info, rounds = self._rounds(query, pay)
+        ledger, info, rounds = self._rounds(query, pay, vector)
         return self._finish(
             text,
             query,
@@ -89,4 +113,5 @@ class AdaptiveRounds:
             totals["calls"],
             totals["hits"],
             adaptive=(ledger, info, rounds),
+            vector=vector,
         )
