@@ -156,3 +156,14 @@ def test_rest_roles_become_code_and_optional_cross_references():
         '<autoref identifier="earm_jax.policies.paper_policy" optional>'
         "<code>paper_policy</code></autoref>, `λ` and `x`."
     )
+
+
+def test_long_code_lines_wrap_in_their_column():
+    # A snippet line longer than the text column wraps (docs/stylesheets)
+    # rather than running past it; the retriever page's snippet fits anyway.
+    config = (REPO / "mkdocs.yml").read_text(encoding="utf-8")
+    assert "stylesheets/extra.css" in config and "pygments_lang_class: true" in config
+    css = (REPO / "docs" / "stylesheets" / "extra.css").read_text(encoding="utf-8")
+    assert ".language-python pre > code" in css and "pre-wrap" in css
+    for code in _blocks(REPO / "docs" / "retriever.md", "python"):
+        assert max(len(line) for line in code.splitlines()) <= 80, code
