@@ -477,7 +477,9 @@ def _run(job, progress):
 
 
 def register(app: typer.Typer) -> None:
-    app.command("locomo")(locomo)
+    app.command(
+        "locomo", short_help="Run the paper's seven policies on LoCoMo conversations."
+    )(locomo)
 
 
 __all__: list[Any] = ["register"]

@@ -13,6 +13,7 @@ import typer
 
 from earm_jax.cli.errors import UserError, user_errors
 from earm_jax.cli.options import (
+    HELP_STYLE,
     ScorerBackend,
     ScorerDtype,
     ScorerMode,
@@ -185,7 +186,7 @@ def _lock_root(folder: Path):
 def register(app: typer.Typer) -> None:
     """Adds the ``mcp`` and ``mcp-token`` commands to ``app``."""
 
-    @app.command("mcp")
+    @app.command("mcp", short_help="Serve an agent's memory over MCP (stdio or HTTP).")
     def mcp_command(
         folder: Annotated[
             Path, typer.Argument(help="Memory folder (one sub-folder per tenant).")
@@ -354,9 +355,12 @@ def register(app: typer.Typer) -> None:
     token_app = typer.Typer(
         help="Bearer tokens of `earm mcp --http --tokens FILE`.",
         no_args_is_help=True,
+        **HELP_STYLE,
     )
 
-    @token_app.command("add")
+    @token_app.command(
+        "add", short_help="Create a token for --tenant and print it once."
+    )
     def token_add(
         tokens: Annotated[
             Path, typer.Option(help="The token file (created 0600 if missing).")
@@ -404,7 +408,7 @@ def register(app: typer.Typer) -> None:
                 f"{','.join(entry['tenants'])}"
             )
 
-    @token_app.command("revoke")
+    @token_app.command("revoke", short_help="Remove a token.")
     def token_revoke(
         token_id: Annotated[str, typer.Argument(help="The id `list` shows.")],
         tokens: Annotated[Path, typer.Option(help="The token file.")],

@@ -325,4 +325,6 @@ def _settings_from_json(path: Path):
 
 
 def register(app: typer.Typer) -> None:
-    app.command("simulate")(simulate)
+    app.command(
+        "simulate", short_help="Run the paper's seven policies on simulated streams."
+    )(simulate)
