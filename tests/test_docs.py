@@ -167,3 +167,19 @@ def test_long_code_lines_wrap_in_their_column():
     assert ".language-python pre > code" in css and "pre-wrap" in css
     for code in _blocks(REPO / "docs" / "retriever.md", "python"):
         assert max(len(line) for line in code.splitlines()) <= 80, code
+
+
+def test_the_scripts_and_modules_the_pages_name_exist():
+    # design-notes.md tells what moved where, so it may name a path that moved.
+    named = re.compile(
+        r"\b(?:benchmarks|experiments|examples|scripts|earm_jax|tests)/[\w./-]*\.py\b"
+    )
+    pages = [README, REPO / "CONTRIBUTING.md", *PAGES]
+    missing = [
+        f"{page.relative_to(REPO)}: {path}"
+        for page in pages
+        if page.name != "design-notes.md"
+        for path in sorted(set(named.findall(page.read_text(encoding="utf-8"))))
+        if not (REPO / path).exists()
+    ]
+    assert missing == []
