@@ -189,9 +189,9 @@ def simulate(
             f"{matched.share:.1%} of Full's calls (cap {settings.call_budget:.0%})"
         )
     progress.note(
-        f"running {settings.streams} streams x {settings.queries} queries x 7 "
-        "policies as one jitted program (compile included; 30 s-2 min at the "
-        "defaults on 2 shared CPU cores) ..."
+        f"running {settings.streams} streams x {settings.queries} queries, the "
+        f"policies of preset {settings.preset}, as one jitted program (compile "
+        "included; 30 s-2 min at the defaults on 2 shared CPU cores) ..."
     )
     progress.phase("simulate", 1)
     metrics, has_relevant, _, timing = run_simulation(settings)
