@@ -155,8 +155,9 @@ def locomo(
     scorer_model: Annotated[
         str | None,
         typer.Option(
-            help="cross-encoder: the model or trained-scorer folder; vllm: the "
-            "served model name."
+            help="cross-encoder: a model folder, a trained-scorer build's "
+            "folder, or one fold's folder (its training conversations refused); "
+            "vllm: the served model name."
         ),
     ] = None,
     scorer_backend: ScorerBackend = None,

@@ -103,16 +103,28 @@ def _scorer(
     backend: str = "torch-float32",
 ):
     """The scorer :func:`check_scorer` accepted; ``None`` (similarity mode)
-    when the flags name none."""
+    when the flags name none. ``model`` is a model folder or a trained-scorer
+    build's folder, as ``earm locomo --scorer-model`` takes: a build serves the
+    fold it names for new data (said on stderr)."""
     if model is not None:
         from earm_jax.scoring.cross_encoder import (
             CrossEncoderScorer,
             CrossEncoderSettings,
         )
+        from earm_jax.scoring.scorer_manifest import MANIFEST_NAME, open_scorer_folder
 
         with user_errors("pass a one-label cross-encoder folder"):
+            choice = open_scorer_folder(model).for_new_data()
+            if (model / MANIFEST_NAME).is_file():
+                print(
+                    f"earm mcp: serving {choice.fold} of the trained-scorer build "
+                    f"{model} ({choice.folder}: your memories are none of the "
+                    "conversations a fold trained on; pass a fold's folder to "
+                    "serve another)",
+                    file=sys.stderr,
+                )
             return CrossEncoderScorer(
-                model,
+                choice.folder,
                 CrossEncoderSettings(backend=backend),  # type: ignore[arg-type]
             )
     if url is None:
@@ -200,7 +212,10 @@ def register(app: typer.Typer) -> None:
         ] = None,
         scorer_model: Annotated[
             Path | None,
-            typer.Option(help="In-process cross-encoder folder (no server)."),
+            typer.Option(
+                help="In-process cross-encoder: a model folder, or a folder "
+                "`earm train-scorer` wrote (its first fold serves; no server)."
+            ),
         ] = None,
         scorer_url: Annotated[
             str | None, typer.Option(help="vLLM (OpenAI-compatible) server URL.")
