@@ -12,8 +12,8 @@ Both forms open the same way (:func:`open_scorer_folder`): a build's folder,
 or one fold's folder inside it, which is that fold alone, so the conversations
 it trained on stay refused (read from the manifest, or from the fold's record
 ``fold-<k>.json`` beside it when the build stopped before listing it). An
-agent's own memories are no LoCoMo conversation: :meth:`~TrainedScorerFolder.
-for_new_data` names the model that scores them.
+agent's own memories are no conversation any fold trained on:
+:meth:`TrainedScorerFolder.for_new_data` names the model that scores them.
 """
 
 from __future__ import annotations
