@@ -150,6 +150,13 @@ def test_rest_roles_become_code_and_optional_cross_references():
         ":math:`\\lambda` and :ref:`x`.",
         owner,
     )
+    wrapped = roles.rewrite(
+        ":class:`~earm_jax.base.\n    Policy` :math:`a +\n b`", owner
+    )
+    assert wrapped == (
+        '<autoref identifier="earm_jax.base.Policy" optional>'
+        "<code>Policy</code></autoref> `a + b`"
+    )
     assert text == (
         'See <autoref identifier="earm_jax.base.Policy" optional>'
         "<code>Policy</code></autoref>, "

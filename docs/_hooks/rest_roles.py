@@ -55,9 +55,12 @@ def rewrite(text: str, owner: griffe.Object) -> str:
     """``text`` with every role replaced (see the module docstring)."""
 
     def replace(match: re.Match[str]) -> str:
-        role, target = match["role"], match["target"]
+        # A role may wrap across docstring lines: math keeps single spaces,
+        # a dotted name none.
+        role, words = match["role"], match["target"].split()
         if role == "math":
-            return _math(target)
+            return _math(" ".join(words))
+        target = "".join(words)
         if role not in OBJECT_ROLES:
             return f"`{target}`"
         shown = target.lstrip("~")
