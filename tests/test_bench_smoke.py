@@ -178,3 +178,53 @@ def test_scorer_backends_compares_with_torch_on_the_same_pairs(
     assert payload["meta"]["command"].startswith(
         "python -m benchmarks.bench_scorer_backends --scorer-model"
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "committed"),
+    [
+        ("solver", "solver_cpu_paired_divide.json"),
+        ("memory", "solver_memory_log.json"),
+        ("retriever", "retriever_cpu.json"),
+        ("scoring", "scoring_cpu.json"),
+    ],
+)
+def test_the_suite_reads_headline_numbers_from_each_json(name, committed):
+    from benchmarks import __main__ as suite
+
+    payload = json.loads((REPO / "benchmarks" / "results" / committed).read_text())
+    lines = suite.headlines(name, payload)
+    assert lines and all("{" not in line for line in lines), lines
+
+
+_RUN = subprocess.run
+
+
+def _fake_run(line, **options):
+    """A benchmark that prints a raw JSON row and writes its JSON (other
+    commands, such as the metadata's git, run)."""
+    if line[:2] != [sys.executable, str(REPO / "benchmarks" / "state_memory.py")]:
+        return _RUN(line, **options)
+    options["stdout"].write('{"row": 1}\n')
+    source = REPO / "benchmarks" / "results" / "solver_memory_log.json"
+    Path(line[-1]).write_text(source.read_text())
+    return subprocess.CompletedProcess(line, 0)
+
+
+def test_the_suite_writes_outside_the_repository_and_prints_a_summary(
+    monkeypatch, capsys, tmp_path
+):
+    from benchmarks import __main__ as suite
+
+    monkeypatch.setattr(suite.subprocess, "run", _fake_run)
+    monkeypatch.setattr(suite.tempfile, "tempdir", str(tmp_path))
+    ran = suite.main(["--quick", "--only", "memory"])
+    out = Path(ran["out"])
+    assert out.is_dir() and REPO not in out.parents
+    printed = capsys.readouterr().out
+    assert "memory: ok" in printed and "bytes per stream" in printed
+    assert '{"row"' not in printed  # the script's raw rows stay in its log
+    assert '{"row": 1}' in (out / "memory.log").read_text()
+    assert json.loads((out / "suite.json").read_text())["runs"][0]["name"] == "memory"
+    suite.main(["--quick", "--only", "memory", "--json", "--out", str(out)])
+    assert json.loads(capsys.readouterr().out)["out"] == str(out)

@@ -107,4 +107,6 @@ def advise_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("advise")(advise_command)
+    app.command(
+        "advise", short_help="Whether `best` pays for your scorer at your call cap."
+    )(advise_command)

@@ -155,8 +155,9 @@ def locomo(
     scorer_model: Annotated[
         str | None,
         typer.Option(
-            help="cross-encoder: the model or trained-scorer folder; vllm: the "
-            "served model name."
+            help="cross-encoder: a model folder, a trained-scorer build's "
+            "folder, or one fold's folder (its training conversations refused); "
+            "vllm: the served model name."
         ),
     ] = None,
     scorer_backend: ScorerBackend = None,
@@ -352,6 +353,14 @@ def locomo(
         job.validate()
     payload, first_per_query = _run(job, Progress(enabled=not quiet))
     metric_list = output.shown_metrics(job.ks)
+    stages = first_per_query.stage
+    first_stage_only = bool(len(stages)) and int(stages.max()) == 0
+    block = job.run_settings(job.ranks[0]).block_size
+    questions = (
+        f"with --limit {job.limit} every question"
+        if job.limit
+        else "every question (no conversation has more)"
+    )
     for run in payload["runs"]:
         title = (
             f"LoCoMo {run['setting']}, rank {run['rank']}"
@@ -370,7 +379,13 @@ def locomo(
                 f"Full, cap {job.call_budget:.0%}), rounds per query mean "
                 f"{best['rounds']['mean']:.2f}, p95 {best['rounds']['p95']:.0f}"
             )
-        output.print_summary(console, run, metric_list, title, notes)
+        tie = first_stage_only and output.tie_note(
+            run,
+            f"{questions} is among its conversation's first {block}, the "
+            "schedule's first stage",
+            f"raise --limit above {block} to see them part",
+        )
+        output.print_summary(console, run, metric_list, title, notes, tie or None)
         quality = run.get("scorer_quality")
         if quality is not None and quality.get("auc") is not None:
             k = job.ks[0]
@@ -383,14 +398,6 @@ def locomo(
                 f"{quality['reliability']['ece']:.3f}",
                 markup=False,
             )
-    if len(first_per_query.stage) and int(first_per_query.stage.max()) == 0:
-        console.print(
-            "note: every question fell in the schedule's first stage (the first "
-            "block of questions of a conversation scores the whole pool), so the "
-            "anchored policies equal Full here; raise --limit above the block "
-            "size (10) to see them differ",
-            markup=False,
-        )
     console.print(payload["scorer_note"], markup=False)
     faults = payload["data_faults"]
     console.print(
@@ -477,7 +484,9 @@ def _run(job, progress):
 
 
 def register(app: typer.Typer) -> None:
-    app.command("locomo")(locomo)
+    app.command(
+        "locomo", short_help="Run the paper's seven policies on LoCoMo conversations."
+    )(locomo)
 
 
 __all__: list[Any] = ["register"]

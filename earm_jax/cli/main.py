@@ -28,6 +28,7 @@ from earm_jax.cli import (
 )
 from earm_jax.cli.compile_cache import enable_compilation_cache
 from earm_jax.cli.errors import UserError
+from earm_jax.cli.options import HELP_STYLE
 
 try:  # typer >= 0.20 carries its own click
     from typer._click.exceptions import ClickException, UsageError
@@ -40,6 +41,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Click's plain help (HELP_STYLE) fits any width: flags show as flags.
+    **HELP_STYLE,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 

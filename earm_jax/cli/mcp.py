@@ -13,6 +13,7 @@ import typer
 
 from earm_jax.cli.errors import UserError, user_errors
 from earm_jax.cli.options import (
+    HELP_STYLE,
     ScorerBackend,
     ScorerDtype,
     ScorerMode,
@@ -102,16 +103,28 @@ def _scorer(
     backend: str = "torch-float32",
 ):
     """The scorer :func:`check_scorer` accepted; ``None`` (similarity mode)
-    when the flags name none."""
+    when the flags name none. ``model`` is a model folder or a trained-scorer
+    build's folder, as ``earm locomo --scorer-model`` takes: a build serves the
+    fold it names for new data (said on stderr)."""
     if model is not None:
         from earm_jax.scoring.cross_encoder import (
             CrossEncoderScorer,
             CrossEncoderSettings,
         )
+        from earm_jax.scoring.scorer_manifest import MANIFEST_NAME, open_scorer_folder
 
         with user_errors("pass a one-label cross-encoder folder"):
+            choice = open_scorer_folder(model).for_new_data()
+            if (model / MANIFEST_NAME).is_file():
+                print(
+                    f"earm mcp: serving {choice.fold} of the trained-scorer build "
+                    f"{model} ({choice.folder}: your memories are none of the "
+                    "conversations a fold trained on; pass a fold's folder to "
+                    "serve another)",
+                    file=sys.stderr,
+                )
             return CrossEncoderScorer(
-                model,
+                choice.folder,
                 CrossEncoderSettings(backend=backend),  # type: ignore[arg-type]
             )
     if url is None:
@@ -185,7 +198,7 @@ def _lock_root(folder: Path):
 def register(app: typer.Typer) -> None:
     """Adds the ``mcp`` and ``mcp-token`` commands to ``app``."""
 
-    @app.command("mcp")
+    @app.command("mcp", short_help="Serve an agent's memory over MCP (stdio or HTTP).")
     def mcp_command(
         folder: Annotated[
             Path, typer.Argument(help="Memory folder (one sub-folder per tenant).")
@@ -199,7 +212,10 @@ def register(app: typer.Typer) -> None:
         ] = None,
         scorer_model: Annotated[
             Path | None,
-            typer.Option(help="In-process cross-encoder folder (no server)."),
+            typer.Option(
+                help="In-process cross-encoder: a model folder, or a folder "
+                "`earm train-scorer` wrote (its first fold serves; no server)."
+            ),
         ] = None,
         scorer_url: Annotated[
             str | None, typer.Option(help="vLLM (OpenAI-compatible) server URL.")
@@ -354,9 +370,12 @@ def register(app: typer.Typer) -> None:
     token_app = typer.Typer(
         help="Bearer tokens of `earm mcp --http --tokens FILE`.",
         no_args_is_help=True,
+        **HELP_STYLE,
     )
 
-    @token_app.command("add")
+    @token_app.command(
+        "add", short_help="Create a token for --tenant and print it once."
+    )
     def token_add(
         tokens: Annotated[
             Path, typer.Option(help="The token file (created 0600 if missing).")
@@ -404,7 +423,7 @@ def register(app: typer.Typer) -> None:
                 f"{','.join(entry['tenants'])}"
             )
 
-    @token_app.command("revoke")
+    @token_app.command("revoke", short_help="Remove a token.")
     def token_revoke(
         token_id: Annotated[str, typer.Argument(help="The id `list` shows.")],
         tokens: Annotated[Path, typer.Option(help="The token file.")],

@@ -63,7 +63,7 @@ def notebook(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("notebook")(notebook)
+    app.command("notebook", short_help="Run a notebook in a fresh kernel.")(notebook)
 
 
 __all__ = ["register"]

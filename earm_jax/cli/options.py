@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from earm_jax.cli.errors import UserError
 from earm_jax.core.solvers import SOLVERS
 from earm_jax.settings import EarmSettings
+
+HELP_STYLE: dict[str, Any] = {"rich_markup_mode": None}
+"""How every ``earm`` app renders ``--help``: click's plain formatter. Rich's
+panels cut option names at 80 columns ("--false-positive-r…"), show ``<bool>``
+beside on/off flags and keep the docstrings' line breaks; click wraps the help
+to the terminal and shows a flag as ``--quiet / --no-quiet``."""
 
 DEFAULTS = EarmSettings()
 """Every command's solver and policy defaults: :class:`EarmSettings`' (whose
@@ -159,6 +165,7 @@ def comma_names(text: str) -> tuple[str, ...]:
 
 __all__ = [
     "DEFAULTS",
+    "HELP_STYLE",
     "CacheDir",
     "CallBudget",
     "CallOrder",

@@ -129,17 +129,37 @@ def expansion_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def tie_note(summary: dict[str, Any], cause: str, fix: str) -> str | None:
+    """The line that says why the anchored policies' rows equal Full's, when
+    they pay for the whole pool as Full does (``cause``: why every query got
+    the whole pool; ``fix``: what to change), else ``None``."""
+    results = summary.get("results", {})
+    full, mixed = results.get("full"), results.get("mixed")
+    if not full or not mixed or not full.get("calls"):
+        return None
+    if mixed.get("calls") != full["calls"]:
+        return None
+    return (
+        f"why the rows tie: {cause}, where the anchored policies pay for the "
+        f"whole pool, as Full does; {fix}"
+    )
+
+
 def print_summary(
     out: Console,
     summary: dict[str, Any],
     metrics: list[str],
     title: str,
     notes: list[str],
+    why: str | None = None,
 ) -> None:
-    """Prints a run's results table, its paired contrasts, the ``notes`` lines
+    """Prints a run's results table, the ``why`` line right under it (plain
+    text; e.g. :func:`tie_note`), its paired contrasts, the ``notes`` lines
     (rich markup) and its expansion lines (plain text): the report that
     ``earm simulate`` and ``earm locomo`` share."""
     out.print(results_table(summary, metrics, title))
+    if why:
+        out.print(why, markup=False)
     out.print(contrasts_table(summary, metrics, "Paired contrasts"))
     for note in notes:
         out.print(note)
@@ -156,4 +176,5 @@ __all__ = [
     "print_summary",
     "results_table",
     "shown_metrics",
+    "tie_note",
 ]

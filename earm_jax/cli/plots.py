@@ -77,7 +77,9 @@ def plots(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("plots")(plots)
+    app.command("plots", short_help="Draw the docs figures from the result JSONs.")(
+        plots
+    )
 
 
 __all__ = ["register"]

@@ -74,7 +74,9 @@ def record_scores(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("record-scores")(record_scores)
+    app.command(
+        "record-scores", short_help="Record a build's answers, to replay with no model."
+    )(record_scores)
 
 
 __all__ = ["register"]

@@ -186,7 +186,9 @@ def _verify(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("results")(results)
+    app.command("results", short_help="Rewrite the pages' generated results tables.")(
+        results
+    )
 
 
 __all__ = ["register"]

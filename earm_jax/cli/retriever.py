@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from earm_jax.cli.options import HELP_STYLE
 from earm_jax.retriever import (
     CorruptFolderError,
     DiskFullError,
@@ -19,10 +20,14 @@ from earm_jax.retriever import (
 def register(app: typer.Typer) -> None:
     """Adds the ``retriever`` command group to ``app``."""
     group = typer.Typer(
-        help="Check or repair an online retriever's folder.", no_args_is_help=True
+        help="Check or repair an online retriever's folder.",
+        no_args_is_help=True,
+        **HELP_STYLE,
     )
 
-    @group.command("check")
+    @group.command(
+        "check", short_help="Check a folder's rows, operations and snapshot."
+    )
     def check_command(
         path: Annotated[Path, typer.Argument(help="The retriever's folder.")],
         deep: Annotated[
@@ -48,7 +53,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"problem: {problem}", err=True)
         raise typer.Exit(1)
 
-    @group.command("repair")
+    @group.command("repair", short_help="Restore what the journal can rebuild.")
     def repair_command(
         path: Annotated[Path, typer.Argument(help="The retriever's folder.")],
     ) -> None:

@@ -121,7 +121,9 @@ def resolve_model(model: str, fold: str | None) -> tuple[str, str | None, int | 
 def register(app: typer.Typer) -> None:
     """Adds the ``serve-scorer`` command to ``app``."""
 
-    @app.command("serve-scorer")
+    @app.command(
+        "serve-scorer", short_help="Start a local vLLM server and print its URL."
+    )
     def serve_scorer(
         model: Annotated[
             str,

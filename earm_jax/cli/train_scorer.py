@@ -162,7 +162,9 @@ def train_scorer(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("train-scorer")(train_scorer)
+    app.command(
+        "train-scorer", short_help="Fine-tune a cross-encoder on LoCoMo evidence."
+    )(train_scorer)
 
 
 __all__ = ["register"]

@@ -326,8 +326,9 @@ def _run_grid(
     )
     points = len(job.settings) * len(noises) * len(job.ranks) * len(job.seeds)
     progress.note(
-        f"running {points} grid point(s) x 7 policies on {len(conversations)} "
-        "conversation(s); the first point compiles (~30-60 s on 2 CPU cores)"
+        f"running {points} grid point(s) x the policies of preset {job.preset} "
+        f"on {len(conversations)} conversation(s); the first point compiles "
+        "(~30-60 s on 2 CPU cores)"
     )
     progress.phase("grid", points)
     for setting in job.settings:
@@ -413,7 +414,7 @@ def _run_grid(
                     step(f"{setting} noise={noise} rank={rank} seed={seed}")
                     progress.step(
                         f"{setting}, noise {noise}, rank {rank}, seed {seed}: "
-                        f"{len(streams)} conversations, 7 policies"
+                        f"{len(streams)} conversations, preset {job.preset}"
                     )
                     if job.answer and answers is None:
                         answers = answer_accuracy(job, streams, run_settings, seed)

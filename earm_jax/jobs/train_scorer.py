@@ -60,6 +60,7 @@ from earm_jax.scoring.cross_encoder_training import (
     train_cross_encoder,
 )
 from earm_jax.scoring.scorer_manifest import (
+    FOLD_RECORD,
     MANIFEST_FORMAT,
     MANIFEST_NAME,
     model_scorer,
@@ -187,12 +188,6 @@ class TrainScorerJob:
                 f"settings ({differ}; every option must equal the stopped build's)"
             )
         return manifest
-
-
-FOLD_RECORD = "{name}.json"
-"""Written beside a fold's folder once its model is (outside it, so the
-model's identity and the score cache's keys do not change): what ``resume``
-keeps of a fold that was not finished."""
 
 
 def _settings_of(job: dict[str, Any] | None) -> Any:

@@ -15,7 +15,7 @@ Tenants: Mem0's ``user_id`` selects the tenant's retriever when a
 never reach another user's experience.
 
 Install with ``pip install earm_jax[mem0]``. Set ``MEM0_TELEMETRY=False`` and
-``MEM0_DIR`` before importing mem0 (see the README).
+``MEM0_DIR`` before importing mem0 (docs/agents.md, "Mem0").
 """
 
 from __future__ import annotations

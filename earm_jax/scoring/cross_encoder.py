@@ -146,7 +146,7 @@ def check_model_folder(folder: str | os.PathLike[str]) -> Path:
         if (path / "manifest.json").is_file():
             hint = (
                 " (it is a trained-scorer folder: pass one of its fold folders, "
-                "or use earm_jax.scoring.trained_scorer.TrainedScorer)"
+                "e.g. open_scorer_folder(path).for_new_data().folder)"
             )
         raise ValueError(f"{str(path)!r} has no config.json: not a model folder{hint}")
     return path

@@ -7,6 +7,13 @@ that held it out; a conversation no fold trained on (another data set) by the
 first fold; a conversation every fold trained on is *in sample*, and an
 evaluation refuses it unless told otherwise, since its scores would flatter the
 scorer.
+
+Both forms open the same way (:func:`open_scorer_folder`): a build's folder,
+or one fold's folder inside it, which is that fold alone, so the conversations
+it trained on stay refused (read from the manifest, or from the fold's record
+``fold-<k>.json`` beside it when the build stopped before listing it). An
+agent's own memories are no conversation any fold trained on:
+:meth:`TrainedScorerFolder.for_new_data` names the model that scores them.
 """
 
 from __future__ import annotations
@@ -19,6 +26,10 @@ from typing import Any
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "earm-trained-scorer-v1"
+FOLD_RECORD = "{name}.json"
+"""Written beside a fold's folder once its model is (outside it, so the
+model's identity and the score cache's keys do not change): the fold's entry,
+its conversations included, before the manifest lists it."""
 
 
 class InSampleError(ValueError):
@@ -124,10 +135,20 @@ class TrainedScorerFolder:
                     "anyway"
                 )
 
+    def for_new_data(self) -> FoldChoice:
+        """The model for data no fold trained on, such as an agent's own
+        memories: the first fold (what :meth:`choose` picks for a conversation
+        the manifest does not name), or the folder itself for a plain model
+        folder."""
+        if self.manifest is None:
+            return FoldChoice(self.root, "", in_sample=False, known=False)
+        first = self.folds[0]
+        return FoldChoice(self.root / first["folder"], first["name"], False, False)
+
     def choose(self, digest: str) -> FoldChoice:
         """The model for the conversation whose content digest is ``digest``."""
         if self.manifest is None:
-            return FoldChoice(self.root, "", in_sample=False, known=False)
+            return self.for_new_data()
         folds = self.folds
         for fold in folds:
             if any(entry["digest"] == digest for entry in fold["held_out"]):
@@ -137,10 +158,10 @@ class TrainedScorerFolder:
             for fold in folds
             if any(entry["digest"] == digest for entry in fold["trained_on"])
         ]
-        first = folds[0]
         if trained:
+            first = folds[0]
             return FoldChoice(self.root / first["folder"], first["name"], True, True)
-        return FoldChoice(self.root / first["folder"], first["name"], False, False)
+        return self.for_new_data()
 
 
 def model_scorer(
@@ -212,20 +233,54 @@ def open_scorer_folder(path: str | os.PathLike[str]) -> TrainedScorerFolder:
 
 def _one_fold(root: Path) -> TrainedScorerFolder:
     """A model folder: one fold of the build beside it (so the conversations
-    that fold trained on are still refused), else a plain model folder."""
-    parent = root.parent / MANIFEST_NAME
-    if parent.is_file():
+    that fold trained on are still refused), else a plain model folder.
+
+    The build is found from the folder's resolved path, so ``.`` inside a fold
+    is that fold too; the fold's entry comes from the build's manifest, else
+    from its record (a build stopped before the manifest listed it)."""
+    here = root.resolve()
+    # As given where that names the parent (messages then show the user's
+    # path); resolved for ".", "..", which name none.
+    build_root = (root if root.name not in ("", "..") else here).parent
+    manifest: dict[str, Any] = {"format": MANIFEST_FORMAT}
+    mine: list[dict[str, Any]] = []
+    if (build_root / MANIFEST_NAME).is_file():
         try:
-            build = open_scorer_folder(root.parent)
-        except ValueError:
-            return TrainedScorerFolder(root, None)
-        mine = [f for f in build.folds if (root.parent / f["folder"]) == root]
-        if build.manifest is not None and mine:
-            return TrainedScorerFolder(root.parent, {**build.manifest, "folds": mine})
-    return TrainedScorerFolder(root, None)
+            build = open_scorer_folder(build_root)
+        except ValueError:  # a damaged build: its fold's record may still say
+            build = None
+        if build is not None and build.manifest is not None:
+            manifest = dict(build.manifest)
+            mine = [
+                fold
+                for fold in build.folds
+                if (build_root / fold["folder"]).resolve() == here
+            ]
+    if not mine:
+        mine = _fold_record(build_root, here)
+    if not mine:
+        return TrainedScorerFolder(root, None)
+    return TrainedScorerFolder(build_root, {**manifest, "folds": mine})
+
+
+def _fold_record(build_root: Path, here: Path) -> list[dict[str, Any]]:
+    """The fold entry its record beside ``here`` holds (``[]``: none, or not
+    a record of this folder)."""
+    record = build_root / FOLD_RECORD.format(name=here.name)
+    try:
+        entry = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return []
+    fields = ("name", "folder", "trained_on", "held_out")
+    if not isinstance(entry, dict) or any(field not in entry for field in fields):
+        return []
+    if (build_root / entry["folder"]).resolve() != here:
+        return []
+    return [entry]
 
 
 __all__ = [
+    "FOLD_RECORD",
     "MANIFEST_FORMAT",
     "MANIFEST_NAME",
     "FoldChoice",

@@ -157,3 +157,17 @@ def test_auto_budget_scale_pays_the_cap_and_reruns_from_json(tmp_path):
     bad = runner.invoke(_app(), ["simulate", *SMALL, "--budget-scale", "lots"])
     assert bad.exit_code != 0
     assert "--budget-scale must be a number or auto" in str(bad.exception)
+
+
+def test_a_run_inside_the_first_stage_says_why_its_rows_tie():
+    """Five queries never leave the schedule's first stage (the whole pool):
+    every anchored row equals Full's, and one line says why."""
+    tiny = [*SMALL]
+    tiny[tiny.index("--queries") + 1] = "5"
+    result = CliRunner().invoke(_app(), ["simulate", *tiny, "--quiet"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    line = "why the rows tie: with --queries 5 every query is in the schedule's first"
+    assert line in text
+    assert text.index(line) < text.index("Paired contrasts")
+    assert "raise --queries above 10" in text

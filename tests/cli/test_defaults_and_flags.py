@@ -124,3 +124,27 @@ def test_version_and_short_help(capsys):
     assert "simulate" in capsys.readouterr().out
     assert main.run(["simulate", "-h"]) == 0
     assert "--noise" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["simulate"], ["locomo"], ["mcp"], ["train-scorer"], ["retriever", "check"]],
+    ids=lambda argv: " ".join(argv) or "earm",
+)
+def test_help_fits_80_columns_with_whole_option_names(argv, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main.run([*argv, "-h"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 80, out
+    body = "\n".join(line for line in lines if not line.startswith("Usage:"))
+    assert "…" not in body and "..." not in body, out  # nothing cut short
+    assert "<bool>" not in out, out  # a flag shows as a flag
+    if argv == ["locomo"]:
+        assert "--false-positive-rate <float>" in out
+        assert "--allow-in-sample / --no-allow-in-sample" in out
+    if not argv:  # each command's one-line summary, whole
+        summary = next(line for line in lines if line.strip().startswith("simulate"))
+        assert summary.split(None, 1)[1] == (
+            "Run the paper's seven policies on simulated streams."
+        )

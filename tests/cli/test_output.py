@@ -88,3 +88,23 @@ def test_print_summary_prints_tables_then_notes_then_expansion_lines():
     tables += _render(output.contrasts_table(summary, METRICS, "Paired contrasts"))
     # The notes take rich markup ("[b]" is bold); without expansion, no more lines.
     assert text.splitlines() == [*tables, "a bold note"]
+
+
+def test_the_tie_note_is_said_only_when_the_anchored_rows_pay_like_full():
+    summary = _summary(["semantic", "mixed", "top_similarity", "full"])
+    line = output.tie_note(summary, "with --queries 5 every query is early", "fix")
+    assert line == (
+        "why the rows tie: with --queries 5 every query is early, where the "
+        "anchored policies pay for the whole pool, as Full does; fix"
+    )
+    summary["results"]["mixed"]["calls"] = 40  # a later stage paid less
+    assert output.tie_note(summary, "cause", "fix") is None
+
+
+def test_the_why_line_comes_right_under_the_results_table():
+    console = Console(file=io.StringIO(), width=100)
+    summary = _summary(["semantic", "mixed", "full"])
+    output.print_summary(console, summary, METRICS, "T", ["a note"], why="WHY")
+    text = console.file.getvalue()
+    assert text.index("Full") < text.index("WHY") < text.index("Paired contrasts")
+    assert text.index("Paired contrasts") < text.index("a note")

@@ -173,3 +173,13 @@ def test_the_figure_list_names_the_series_of_throughput_figures(tmp_path, monkey
     for solver, label in paired.series_labels.items():
         if solver in solvers:
             assert any(entry.startswith(label.split("{")[0]) for entry in legend)
+
+
+def test_earm_plots_writes_nothing_unless_told_where(tmp_path, capsys):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / plots.FIGURE_LIST).write_text((RESULTS / plots.FIGURE_LIST).read_text())
+    assert main.run(["plots", "--results", str(results)]) == 2
+    err = capsys.readouterr().err
+    assert "writes only where told" in err and "--in-place" in err
+    assert sorted(p.name for p in results.iterdir()) == [plots.FIGURE_LIST]
