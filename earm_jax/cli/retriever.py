@@ -11,10 +11,18 @@ from earm_jax.cli.options import HELP_STYLE
 from earm_jax.retriever import (
     CorruptFolderError,
     DiskFullError,
+    FolderKeyError,
     FolderLockedError,
     check,
     repair,
 )
+
+KeyFile = Annotated[
+    Path | None,
+    typer.Option(
+        help="The folder's key file (a folder created keyed opens only with it)."
+    ),
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -34,11 +42,12 @@ def register(app: typer.Typer) -> None:
             bool,
             typer.Option(help="Also replay the whole journal and compare the state."),
         ] = False,
+        key_file: KeyFile = None,
     ) -> None:
-        """Checks settings, every row's checksum, operations and snapshot; each
-        damaged row is one finding (exit 1 if any)."""
+        """Checks settings, every row's checksum, operations, the delete log
+        and snapshot; each damaged row is one finding (exit 1 if any)."""
         try:
-            report = check(path, deep=deep)
+            report = check(path, deep=deep, key_file=key_file)
         except (FolderLockedError, DiskFullError) as error:
             typer.echo(str(error), err=True)
             raise typer.Exit(2) from None
@@ -56,15 +65,16 @@ def register(app: typer.Typer) -> None:
     @group.command("repair", short_help="Restore what the journal can rebuild.")
     def repair_command(
         path: Annotated[Path, typer.Argument(help="The retriever's folder.")],
+        key_file: KeyFile = None,
     ) -> None:
         """Restores what the journal can rebuild (the snapshot, damaged paid
         scores) and names what it cannot (exit 1: restore from a backup)."""
         try:
-            actions = repair(path)
+            actions = repair(path, key_file=key_file)
         except (FolderLockedError, DiskFullError) as error:
             typer.echo(str(error), err=True)
             raise typer.Exit(2) from None
-        except CorruptFolderError as error:
+        except (CorruptFolderError, FolderKeyError) as error:
             typer.echo(str(error), err=True)
             raise typer.Exit(1) from None
         for action in actions:

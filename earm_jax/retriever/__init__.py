@@ -20,12 +20,14 @@ from earm_jax.retriever.online import OnlineRetriever as OnlineRetriever
 from earm_jax.retriever.tenants import TenantRetrievers as TenantRetrievers
 from earm_jax.store.journal import CorruptFolderError as CorruptFolderError
 from earm_jax.store.journal import DiskFullError as DiskFullError
+from earm_jax.store.journal import FolderKeyError as FolderKeyError
 from earm_jax.store.lock import FolderLockedError as FolderLockedError
 
 __all__ = [
     "CheckReport",
     "CorruptFolderError",
     "DiskFullError",
+    "FolderKeyError",
     "FolderLockedError",
     "Memory",
     "OnlineRetriever",

@@ -5,8 +5,11 @@ settings, every memory row, every operation, the snapshot) and, with
 ``deep=True``, also replays the whole journal from the start and compares the
 result with the snapshot-based state leaf by leaf: they must be equal bit for
 bit. Every row's checksum is verified too, and each damaged row is a finding
-naming it. ``repair`` restores what the journal can rebuild: a missing,
-corrupt or mismatching snapshot is dropped and rewritten from a full replay,
+naming it, as is a gap in the operations' numbers and anything wrong with the
+delete log (a deleted row put back, a record removed or edited). A keyed
+folder is checked with its key file (``key_file``). ``repair`` restores what
+the journal can rebuild: a missing, corrupt or mismatching snapshot is
+dropped and rewritten from a full replay,
 damaged paid scores are dropped (paid again when needed). Damage to the
 journal's own records (memories, operations, settings, SQLite pages) is
 reported as what it cannot restore, never guessed away: restore the file from
@@ -87,14 +90,14 @@ class CheckReport:
         return not self.problems
 
 
-def _stored_scorer(folder: Path) -> str:
+def _stored_scorer(folder: Path, key_file: Path | None) -> str:
     lost = lost_journal(folder)
     if lost is not None:
         raise CorruptFolderError(lost)
     path = folder / JOURNAL_NAME
     if not path.exists():
         raise CorruptFolderError(f"{path}: missing (not a retriever folder?)")
-    journal = Journal(folder)
+    journal = Journal(folder, key_file=key_file)
     try:
         key = journal.get_meta("scorer")
     finally:
@@ -104,9 +107,11 @@ def _stored_scorer(folder: Path) -> str:
     return key
 
 
-def _open(folder: Path, cls=_Inspector) -> OnlineRetriever:
-    key = _stored_scorer(folder)
-    return cls(folder, _NoScorer(key), _NoEmbedder(), None)
+def _open(
+    folder: Path, cls=_Inspector, key_file: Path | None = None
+) -> OnlineRetriever:
+    key = _stored_scorer(folder, key_file)
+    return cls(folder, _NoScorer(key), _NoEmbedder(), None, key_file=key_file)
 
 
 def _compare(a: OnlineRetriever, b: OnlineRetriever) -> list[str]:
@@ -124,31 +129,39 @@ def _compare(a: OnlineRetriever, b: OnlineRetriever) -> list[str]:
     return problems
 
 
-def _scan(folder: Path) -> list[tuple[str, str]]:
+def _scan(folder: Path, key_file: Path | None) -> list[tuple[str, str]]:
     """Every damaged row of the folder's journal (under the folder's lock)."""
     with FolderLock(folder, guarded=(JOURNAL_NAME,)):
-        journal = Journal(folder)
+        journal = Journal(folder, key_file=key_file)
         try:
             return journal.findings()
         finally:
             journal.close()
 
 
-def check(path: str | os.PathLike[str], deep: bool = False) -> CheckReport:
+def check(
+    path: str | os.PathLike[str],
+    deep: bool = False,
+    key_file: str | os.PathLike[str] | None = None,
+) -> CheckReport:
     """Checks a retriever folder; ``deep`` also replays it from the start.
 
-    Every kind of damage is a finding in :attr:`CheckReport.problems` naming
-    the row and what is wrong (a checksum that does not match, text that is
-    not UTF-8, a missing or empty journal, a snapshot that disagrees with a
-    full replay); only :class:`FolderLockedError` and
+    A keyed folder needs its ``key_file`` (without it, or with another key,
+    that is the finding). Every kind of damage is a finding in
+    :attr:`CheckReport.problems` naming the row and what is wrong (a checksum
+    that does not match, text that is not UTF-8, a missing or empty journal,
+    a missing operation, a deleted row put back or a broken delete log, a
+    snapshot that disagrees with a full replay); only
+    :class:`FolderLockedError` and
     :class:`~earm_jax.store.journal.DiskFullError` (naming the folder and its
     free bytes; the same process checks again once space is back) are
     raised.
     """
     folder = Path(path)
+    key = None if key_file is None else Path(key_file)
     report = CheckReport(folder, [])
     try:
-        _check(folder, deep, report)
+        _check(folder, deep, key, report)
     except (FolderLockedError, DiskFullError):
         # Not damage: the folder is busy, or the disk is full (free some
         # space and check again).
@@ -159,15 +172,17 @@ def check(path: str | os.PathLike[str], deep: bool = False) -> CheckReport:
     return report
 
 
-def _check(folder: Path, deep: bool, report: CheckReport) -> None:
+def _check(
+    folder: Path, deep: bool, key_file: Path | None, report: CheckReport
+) -> None:
     try:
-        _stored_scorer(folder)
+        _stored_scorer(folder, key_file)
     except CorruptFolderError as error:
         report.problems.append(str(error))
         return
-    report.problems += [message for _, message in _scan(folder)]
+    report.problems += [message for _, message in _scan(folder, key_file)]
     try:
-        retriever = _open(folder)
+        retriever = _open(folder, key_file=key_file)
     except CorruptFolderError as error:
         if not any(str(error) in problem for problem in report.problems):
             report.problems.append(str(error))
@@ -181,7 +196,7 @@ def _check(folder: Path, deep: bool, report: CheckReport) -> None:
         if deep:
             retriever._release()
             try:
-                scratch = _open(folder, _FromScratch)
+                scratch = _open(folder, _FromScratch, key_file)
             except CorruptFolderError as error:
                 if not any(str(error) in problem for problem in report.problems):
                     report.problems.append(str(error))
@@ -195,26 +210,31 @@ def _check(folder: Path, deep: bool, report: CheckReport) -> None:
 
 
 # What repair can rebuild from the rest of the journal; every other kind of
-# damage (memories, operations, settings, SQLite pages) holds information
-# stored nowhere else.
+# damage (memories, operations, settings, the delete log, SQLite pages) holds
+# information stored nowhere else.
 _REPAIRABLE = ("score", "chunk")
 
 
-def repair(path: str | os.PathLike[str]) -> list[str]:
+def repair(
+    path: str | os.PathLike[str], key_file: str | os.PathLike[str] | None = None
+) -> list[str]:
     """Restores what the journal can rebuild; returns what it did.
 
     It can restore: a missing, damaged or mismatching snapshot (rebuilt by a
     full replay) and damaged paid scores (dropped: those pairs are paid again
     when a query needs them). It cannot restore a damaged memory, operation
-    or setting, or SQLite pages: those hold what is stored nowhere else.
+    or setting, the delete log, or SQLite pages: those hold what is stored
+    nowhere else. A keyed folder needs its ``key_file``.
 
     Raises:
       CorruptFolderError: naming what it could not restore (after restoring
         what it could).
+      FolderKeyError: the folder's key is missing or wrong.
     """
     folder = Path(path)
+    key = None if key_file is None else Path(key_file)
     actions: list[str] = []
-    first = check(folder, deep=True)
+    first = check(folder, deep=True, key_file=key)
     if first.ok:
         return ["nothing to repair"]
     lost = lost_journal(folder)
@@ -222,7 +242,7 @@ def repair(path: str | os.PathLike[str]) -> list[str]:
         raise CorruptFolderError(f"cannot restore: {lost}")
     with FolderLock(folder, guarded=(JOURNAL_NAME,)):
         try:
-            journal = Journal(folder)
+            journal = Journal(folder, key_file=key)
         except CorruptFolderError as error:
             raise CorruptFolderError(f"cannot restore: {error}") from error
         try:
@@ -246,7 +266,7 @@ def repair(path: str | os.PathLike[str]) -> list[str]:
             + "; ".join(cannot)
             + done
         )
-    scratch = _open(folder, _FromScratch)  # raises if the journal is damaged
+    scratch = _open(folder, _FromScratch, key)  # raises if the journal is damaged
     try:
         scratch.snapshot()
         actions.append(
@@ -255,7 +275,7 @@ def repair(path: str | os.PathLike[str]) -> list[str]:
         )
     finally:
         scratch._release()
-    after = check(folder, deep=True)
+    after = check(folder, deep=True, key_file=key)
     if not after.ok:
         raise CorruptFolderError("cannot restore: " + "; ".join(after.problems))
     return actions

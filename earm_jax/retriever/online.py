@@ -21,6 +21,11 @@ Durability. Everything lives in one folder:
   (its ``-wal`` file removed after a crash) is refused
   (:mod:`earm_jax.store.high_water`).
 
+A folder created with ``key_file=`` is keyed: its rows' digests are
+HMAC-SHA256 under a key kept in that file, outside the folder
+(:mod:`earm_jax.store.folder_key`), so rewriting the folder so that it passes
+its checks needs the key; it opens only with that key file.
+
 On open the latest snapshot is loaded and the operations after it are replayed
 through the same code path that ran them (the solver is deterministic given its
 keys, and every query's pool and scores are in the journal), so the state is
@@ -125,6 +130,10 @@ class OnlineRetriever(
         and reopening with another model raises, like another scorer.
       config: settings; ``None`` takes the stored ones (or the defaults for a
         new folder). Experience settings must match the stored ones.
+      key_file: the folder's key file. A new folder opened with one is keyed
+        (the file is created, mode ``0600``, when missing; it must lie outside
+        the folder); a keyed folder opens only with it, an unkeyed one never
+        with one. Keep a copy: without it the folder cannot be opened.
 
     Every write checks first that the journal this retriever locked is still
     the folder's (:class:`~earm_jax.store.lock.LockLostError` otherwise, with
@@ -134,6 +143,8 @@ class OnlineRetriever(
     Raises:
       FolderLockedError: another process holds the folder.
       CorruptFolderError: the folder fails its consistency check.
+      FolderKeyError: a keyed folder without its key (or with another), or
+        an unkeyed one with a key.
       ValueError: a different config or scorer than the folder's.
     """
 
@@ -143,6 +154,7 @@ class OnlineRetriever(
         scorer: Scorer,
         embedder: TextEmbedder,
         config: RetrieverConfig | None = None,
+        key_file: str | os.PathLike[str] | None = None,
     ) -> None:
         if config is not None and not isinstance(config, RetrieverConfig):
             raise ValueError(
@@ -156,6 +168,7 @@ class OnlineRetriever(
             if missing:
                 raise ValueError(f"{name} has no {', '.join(missing)}")
         self.directory = Path(directory)
+        self._key_file = None if key_file is None else Path(key_file)
         if self.directory.exists() and not self.directory.is_dir():
             raise ValueError(f"{self.directory} exists and is not a folder")
         try:
@@ -318,12 +331,12 @@ class OnlineRetriever(
         if keep_text:
             payload["text"] = text
         with self._journal.transaction() as db:
-            seq = Journal.append_op(
+            seq = self._journal.append_op(
                 db, "query", payload, self._encode_query(query, observation, vector)
             )
             if keep_text and self._redacted.get("texts"):
                 self._redacted = {**self._redacted, "texts": False}
-                Journal.set_meta(db, "redacted", self._redacted)
+                self._journal.set_meta(db, "redacted", self._redacted)
         self.state = state
         if adaptive is not None:
             self.ledger = adaptive[0]

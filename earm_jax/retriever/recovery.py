@@ -66,7 +66,11 @@ class Recovery:
         self.scorer = scorer
         self.embedder = embedder
         self._journal = journal = Journal(
-            self.directory, runtime.synchronous, guard=self._lock.verify
+            self.directory,
+            runtime.synchronous,
+            guard=self._lock.verify,
+            key_file=self._key_file,
+            create_key=True,
         )
         scorer_key = (NO_SCORER if scorer is None else scorer.identity).key()
         stored_format = journal.get_meta("format")
@@ -80,13 +84,14 @@ class Recovery:
             self.config = runtime
             identity = self._embedder_identity(embedder)
             with journal.transaction() as db:
-                Journal.set_meta(db, "format", FORMAT)
-                Journal.set_meta(db, "config", runtime.experience())
-                Journal.set_meta(db, "runtime", runtime_of(runtime))
-                Journal.set_meta(db, "scorer", scorer_key)
-                Journal.set_meta(db, "embedder", identity)
-                Journal.set_meta(db, "width", identity and identity["width"])
-                Journal.set_meta(db, "redacted", _NOTHING_UNREDACTED)
+                journal.set_meta(db, "format", FORMAT)
+                journal.set_meta(db, "digests", journal.digests.record())
+                journal.set_meta(db, "config", runtime.experience())
+                journal.set_meta(db, "runtime", runtime_of(runtime))
+                journal.set_meta(db, "scorer", scorer_key)
+                journal.set_meta(db, "embedder", identity)
+                journal.set_meta(db, "width", identity and identity["width"])
+                journal.set_meta(db, "redacted", _NOTHING_UNREDACTED)
             write_marker(self.directory)
         else:
             if stored_format != FORMAT:
@@ -128,7 +133,7 @@ class Recovery:
                 )
             else:
                 with journal.transaction() as db:
-                    Journal.set_meta(db, "runtime", runtime_of(config))
+                    journal.set_meta(db, "runtime", runtime_of(config))
             self.config = dataclasses.replace(
                 base, **{n: getattr(runtime, n) for n in RUNTIME_FIELDS}
             )
@@ -194,7 +199,7 @@ class Recovery:
             done["texts"] = True
         with journal.transaction() as db:
             journal.rewrite_query_payloads(db, redact)
-            Journal.set_meta(db, "redacted", done)
+            journal.set_meta(db, "redacted", done)
         self._redacted = done
         journal.flush_freed()
 
@@ -260,8 +265,8 @@ class Recovery:
                 )
         elif width is None or width == current["width"]:
             with journal.transaction() as db:
-                Journal.set_meta(db, "embedder", current)
-                Journal.set_meta(db, "width", current["width"])
+                journal.set_meta(db, "embedder", current)
+                journal.set_meta(db, "width", current["width"])
 
     def _rebuild(self) -> None:
         """Loads memories, then the snapshot, then replays the journal after it."""
@@ -275,6 +280,14 @@ class Recovery:
             )
         rows = journal.memory_rows()
         retired_by_ops = journal.retired_rows()
+        # A deleted row put back (from a backup, say) must not be served, nor
+        # a row whose retire operation was taken out.
+        deletions = journal.deletion_problems()
+        if deletions:
+            raise CorruptFolderError(deletions[0])
+        missing = journal.missing_op()
+        if missing is not None:
+            raise CorruptFolderError(missing)
         self._reset_memory_tables()
         embeddings = []
         for position, (row, mid, text, meta, blob, origin, _op, retired) in enumerate(

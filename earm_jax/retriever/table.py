@@ -91,7 +91,7 @@ class MemoryTable:
 
     def _append_rows(self, db, ids, texts, metas, vectors, origins, seq) -> None:
         first = len(self._ids)
-        Journal.insert_memories(
+        self._journal.insert_memories(
             db,
             [
                 (first + i, mid, text, meta, vector.tobytes(), origin, seq)
@@ -174,8 +174,10 @@ class MemoryTable:
         origins = list(range(first, first + len(texts)))
         with self._journal.transaction() as db:
             if self.width is None:
-                Journal.set_meta(db, "width", int(vectors.shape[1]))
-            seq = Journal.append_op(db, "add", {"first": first, "count": len(texts)})
+                self._journal.set_meta(db, "width", int(vectors.shape[1]))
+            seq = self._journal.append_op(
+                db, "add", {"first": first, "count": len(texts)}
+            )
             self._append_rows(db, ids, texts, metas, vectors, origins, seq)
         self.width = int(vectors.shape[1])
         self._remember_rows(ids, texts, metas, vectors, origins)
@@ -230,18 +232,23 @@ class MemoryTable:
         vectors = self._embed([text], "text")
         new = len(self._ids)
         versions = [r for r, other in enumerate(self._ids) if other == mid]
+        retire = {"rows": [old], "reason": "update"}
         if keep_history:
             redacted: set[str] = set()
         else:
             live = {self._texts[r] for r in self._row_of.values() if r != old}
             redacted = {self._texts[r] for r in versions} - live - {text, ""}
+            # Versions an earlier forget emptied are tombstones already.
+            retire["scrubbed"] = [r for r in versions if self._texts[r]]
         with self._journal.transaction() as db:
-            seq = Journal.append_op(db, "retire", {"rows": [old], "reason": "update"})
+            seq = self._journal.append_op(db, "retire", retire)
             Journal.retire_memories(db, [old], seq)
             if not keep_history:
-                self._journal.scrub_memories(db, versions, self.width or 0)
+                self._journal.scrub_memories(
+                    db, retire["scrubbed"], self.width or 0, seq
+                )
                 self._journal.forget_scores(db, sorted(redacted))
-            seq = Journal.append_op(db, "add", {"first": new, "count": 1})
+            seq = self._journal.append_op(db, "add", {"first": new, "count": 1})
             self._append_rows(
                 db, [mid], [text], [meta], vectors, [self._origin[old]], seq
             )
@@ -260,7 +267,7 @@ class MemoryTable:
         if meta == json.dumps(self._metadata[row], sort_keys=True):
             return
         with self._journal.transaction() as db:
-            seq = Journal.append_op(db, "metadata", {"row": row})
+            seq = self._journal.append_op(db, "metadata", {"row": row})
             self._journal.replace_metadata(db, row, meta)
         self._metadata[row] = json.loads(meta)
         self._last_seq = seq
@@ -301,10 +308,15 @@ class MemoryTable:
         texts = {self._texts[r] for r in versions}
         kept = {self._texts[r] for r in self._row_of.values() if r not in rows}
         forgotten_texts = texts - kept - {""}
+        # The retire operation names the rows it empties, so the delete log
+        # cannot lose a record unseen (Journal.deletion_problems).
+        scrubbed = [r for r in versions if self._texts[r]]
         with self._journal.transaction() as db:
-            seq = Journal.append_op(db, "retire", {"rows": rows, "reason": "delete"})
+            seq = self._journal.append_op(
+                db, "retire", {"rows": rows, "reason": "delete", "scrubbed": scrubbed}
+            )
             Journal.retire_memories(db, rows, seq)
-            self._journal.scrub_memories(db, versions, self.width or 0)
+            self._journal.scrub_memories(db, scrubbed, self.width or 0, seq)
             self._journal.forget_scores(db, sorted(forgotten_texts))
         for row in rows:
             self._live[row] = False

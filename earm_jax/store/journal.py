@@ -23,20 +23,34 @@ Tables:
   ``chunks(hash, data)``: pytree snapshots, stored as content-addressed chunks
   of each leaf (unchanged chunks are not written again, so the growing history
   buffers cost only their new rows).
+* ``deletions(number, row, op, tombstone, previous)``: the delete log, one
+  record per memory row a forget emptied (``delete``, or ``update`` without
+  history): the row, the operation, the row's checksum as the forget left it
+  (its ``tombstone``: a digest of the emptied row, never of the text) and the
+  previous record's checksum, so the records form a chain.
 
-Integrity. Every row of ``meta``, ``memories``, ``ops`` and ``scores`` carries a
-``checksum``: a 4-byte BLAKE2b digest of each of its fields, so a damaged row
-is named with the field that no longer matches. Rows are verified when read
-(memories and replayed operations at open, scores at each lookup, an answer
-when asked for); :meth:`Journal.findings` verifies every row. Text columns are
-read as raw bytes, so invalid UTF-8 is a finding too, never a decoding error.
-Snapshot chunks are keyed by their own BLAKE2b hash. ``retired_op`` (which a
-delete or an edit sets later) is not in the memory checksum: it is checked
-against the retire operations instead. A checksum catches changed bytes; it
-cannot catch a whole row removed or an old, valid row put back, nor damage
-that SQLite itself reports first (``quick_check``). Operations lost as a
-whole (a ``-wal`` file removed after a crash) are caught by the high-water
+Integrity. Every row of ``meta``, ``memories``, ``ops``, ``scores`` and
+``deletions`` carries a ``checksum``: an 8-byte digest of each of its fields,
+each bound to the row's place (:mod:`earm_jax.store.integrity`), so a damaged
+row, or a value moved to another row with its digest, is named with the field
+that no longer matches; a keyed folder's digests are HMAC-SHA256 under a key
+kept outside it (:mod:`earm_jax.store.folder_key`). Rows are verified when
+read (memories, the delete log and replayed operations at open, scores at
+each lookup, an answer when asked for); :meth:`Journal.findings` verifies
+every row. Text columns are read as raw bytes, so invalid UTF-8 is a finding
+too, never a decoding error. Snapshot chunks are keyed by their own BLAKE2b
+hash. ``retired_op`` (which a delete or an edit sets later) is not in the
+memory checksum: it is checked against the retire operations instead.
+Operations are numbered without gaps, so one removed from the middle is
+named (:meth:`Journal.missing_op`). A row a forget emptied must still hold
+its tombstone, and each forget an operation records must have its delete-log
+record: a deleted row put back from a backup, or a record removed or edited,
+is named (:meth:`Journal.deletion_problems`). Operations lost as a whole at
+the end (a ``-wal`` file removed after a crash) are caught by the high-water
 mark beside the journal (:mod:`earm_jax.store.high_water`), checked at open.
+What no check inside the folder can catch: the journal and its high-water
+mark rolled back together to a consistent older state, and, in an unkeyed
+folder, anything rewritten with digests recomputed (anyone can compute them).
 """
 
 from __future__ import annotations
@@ -50,14 +64,17 @@ from typing import Any
 
 import numpy as np
 
+from earm_jax.store.folder_key import FolderKeyError, open_key
 from earm_jax.store.high_water import HIGH_WATER_NAME, HighWater, behind_mark
 from earm_jax.store.integrity import (
     CHECKED_FIELDS,
+    KEYED_SCHEME,
+    LEGACY_TABLES,
     CorruptFolderError,
-    damaged_fields,
+    RowDigests,
     decoded_text,
+    legacy_damaged_fields,
     raw_column,
-    row_checksum,
 )
 from earm_jax.store.journal_format import (
     FORMAT,
@@ -84,6 +101,31 @@ _MEMORY_COLUMNS = (
 _OP_COLUMNS = ", ".join(
     raw_column("ops", c) for c in (*CHECKED_FIELDS["ops"], "checksum")
 )
+_DELETION_COLUMNS = ", ".join((*CHECKED_FIELDS["deletions"], "checksum"))
+# The columns that find a row of each digested table again (to rewrite its
+# checksum when a folder is upgraded).
+_ROW_KEYS = {
+    "meta": ("rowid",),
+    "memories": ("row",),
+    "ops": ("seq",),
+    "scores": ("scorer", "query_hash", "memory_hash"),
+}
+
+
+def _row_name(table: str, fields: Sequence[Any]) -> str:
+    """How a message names a row of ``table`` (from its checked fields)."""
+    if table == "meta":
+        return f"meta[{bytes(fields[0]).decode('utf-8', 'replace')!r}]"
+    if table == "memories":
+        mid = fields[1]
+        if isinstance(mid, bytes):
+            mid = mid.decode("utf-8", "replace")
+        return f"memory row {fields[0]} (id {mid!r})"
+    if table == "ops":
+        return f"operation {fields[0]}"
+    return (
+        f"paid score (query {bytes(fields[1]).hex()}, memory {bytes(fields[2]).hex()})"
+    )
 
 
 class Journal(SnapshotStore, ScoreStore):
@@ -96,6 +138,15 @@ class Journal(SnapshotStore, ScoreStore):
       guard: called inside every write transaction, before anything is
         written (e.g. :meth:`~earm_jax.store.lock.FolderLock.verify`); what it
         raises rolls the transaction back.
+      key_file: the folder's key file (:mod:`earm_jax.store.folder_key`):
+        required for a keyed folder, refused for an unkeyed one; a new folder
+        opened with one is keyed.
+      create_key: create ``key_file`` when it is missing and the folder is
+        new (a retriever creating its folder; ``check`` never creates one).
+
+    Raises:
+      FolderKeyError: the folder is keyed and no key file, or a wrong one,
+        was given; or it is not keyed and one was given.
     """
 
     def __init__(
@@ -103,6 +154,8 @@ class Journal(SnapshotStore, ScoreStore):
         folder: str | os.PathLike[str],
         synchronous: str = "FULL",
         guard: Callable[[], None] | None = None,
+        key_file: str | os.PathLike[str] | None = None,
+        create_key: bool = False,
     ):
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous must be FULL or NORMAL, got {synchronous!r}")
@@ -112,6 +165,9 @@ class Journal(SnapshotStore, ScoreStore):
         # Read before the journal: the mark is written after each commit, so
         # read in this order it is never ahead of a journal that lost nothing.
         mark = self._high_water.read()
+        # Unkeyed until the folder's record says otherwise (an upgrade from an
+        # older format writes unkeyed digests).
+        self.digests = RowDigests()
         opened: sqlite3.Connection | None = None
         try:
             self._db = opened = sqlite3.connect(
@@ -130,7 +186,10 @@ class Journal(SnapshotStore, ScoreStore):
             # Score rows found damaged at a lookup: treated as unpaid (paid
             # again, then overwritten), counted here and reported by check.
             self.damaged_scores = 0
-            self._migrate()
+            self._migrate(key_file)
+            self.digests = self._folder_digests(key_file, create_key)
+            # The record of the scheme is itself a digested row.
+            self.get_meta("digests")
             last = self.last_seq()
         except BaseException as error:
             # A journal that failed to open holds no handle: the same process
@@ -152,39 +211,116 @@ class Journal(SnapshotStore, ScoreStore):
             self._db.close()
             raise CorruptFolderError(behind_mark(self.path, last, mark))
 
-    def _migrate(self) -> None:
-        """Adds the checksum column (and every row's checksum) to a folder of
-        an older format, in one transaction; the rows are trusted as they are."""
+    def _raw_meta(self, key: str) -> Any:
+        """A setting read before the folder's digests are known (verified
+        once they are)."""
         row = self._db.execute(
-            "SELECT CAST(value AS BLOB) FROM meta WHERE key='format'"
+            "SELECT CAST(value AS BLOB) FROM meta WHERE key=?", (key,)
         ).fetchone()
-        if row is None or json.loads(row[0]) not in MIGRATED_FORMATS:
+        if row is None:
+            return None
+        try:
+            return json.loads(row[0])
+        except ValueError as error:
+            raise CorruptFolderError(
+                f"{self.path}: meta[{key!r}] is not JSON ({error})"
+            ) from error
+
+    def _folder_digests(
+        self, key_file: str | os.PathLike[str] | None, create_key: bool
+    ) -> RowDigests:
+        """The digests this folder's rows carry, given the key file the
+        caller passed (a one-line :class:`FolderKeyError` when it does not
+        fit the folder)."""
+        folder = self.path.parent
+        if self._raw_meta("format") is None:
+            # A new folder: keyed when given a key.
+            if key_file is None:
+                return RowDigests()
+            return RowDigests(open_key(key_file, folder, create_key))
+        stored = self._raw_meta("digests")
+        keyed = isinstance(stored, dict) and stored.get("scheme") == KEYED_SCHEME
+        if keyed and key_file is None:
+            raise FolderKeyError(
+                f"{folder} is keyed (its rows carry HMAC-SHA256 digests under a "
+                "key kept outside it) and no key file was given: pass the key "
+                "file it was created with (key_file=, --key-file)"
+            )
+        if not keyed and key_file is not None:
+            # Never keyed after the fact: whoever can rewrite a keyed folder
+            # without its key could then rewrite it as unkeyed and pass.
+            raise FolderKeyError(
+                f"{folder} has unkeyed digests, but a key file was given "
+                f"({key_file}): it was created without a key (open it without "
+                "one), or someone without the key rewrote it (restore it from "
+                "a backup)"
+            )
+        if not keyed:
+            return RowDigests()
+        digests = RowDigests(open_key(key_file, folder, create=False))
+        if digests.fingerprint() != stored.get("key"):
+            raise FolderKeyError(
+                f"{key_file} is not the key of {folder}: its meta['digests'] "
+                f"records key fingerprint {stored.get('key')!r}, this key's is "
+                f"{digests.fingerprint()!r}"
+            )
+        return digests
+
+    def _migrate(self, key_file: str | os.PathLike[str] | None) -> None:
+        """Upgrades a folder of an older format in one transaction: format 2
+        rows (no checksums) are trusted as they are, format 3 rows are
+        verified against their digests first (a damaged row is refused,
+        never digested anew as sound); then every row gets place-bound
+        digests, and every row a forget emptied a delete-log record."""
+        stored = self._raw_meta("format")
+        if stored not in MIGRATED_FORMATS:
             return
+        if key_file is not None:
+            raise FolderKeyError(
+                f"{self.path.parent} was written in format {stored!r}, without a "
+                "key: a key is never added to an existing folder; open it "
+                "without key_file"
+            )
+        verify = stored != "earm-retriever/2"
         with self.transaction() as db:
-            for table in CHECKED_FIELDS:
+            for table in LEGACY_TABLES:
                 columns = {c[1] for c in db.execute(f"PRAGMA table_info({table})")}
                 if "checksum" not in columns:
                     db.execute(f"ALTER TABLE {table} ADD COLUMN checksum BLOB")
-            for table, keys in (
-                ("meta", ("rowid",)),
-                ("memories", ("row",)),
-                ("ops", ("seq",)),
-                ("scores", ("scorer", "query_hash", "memory_hash")),
-            ):
-                names = CHECKED_FIELDS[table]
+            for table, keys in _ROW_KEYS.items():
                 selected = ", ".join(
-                    [*keys, *(raw_column(table, name) for name in names)]
+                    [
+                        *keys,
+                        *(raw_column(table, name) for name in CHECKED_FIELDS[table]),
+                        "checksum",
+                    ]
                 )
                 rows = db.execute(f"SELECT {selected} FROM {table}").fetchall()
+                updates = []
+                for stored_row in rows:
+                    fields = stored_row[len(keys) : -1]
+                    damaged = legacy_damaged_fields(table, fields, stored_row[-1])
+                    if verify and damaged:
+                        raise CorruptFolderError(
+                            f"{self.path}: {_row_name(table, fields)}: its "
+                            f"{', '.join(damaged)} does not match its checksum "
+                            f"(format {stored!r}; the folder was not upgraded: "
+                            "restore the journal from a backup)"
+                        )
+                    updates.append(
+                        (self.digests.row(table, fields), *stored_row[: len(keys)])
+                    )
                 marks = " AND ".join(f"{k}=?" for k in keys)
-                db.executemany(
-                    f"UPDATE {table} SET checksum=? WHERE {marks}",
-                    [
-                        (row_checksum(*fields[len(keys) :]), *fields[: len(keys)])
-                        for fields in rows
-                    ],
-                )
-            Journal.set_meta(db, "format", FORMAT)
+                db.executemany(f"UPDATE {table} SET checksum=? WHERE {marks}", updates)
+            # The rows a forget emptied before the delete log existed (a live
+            # text is never empty); the operation that emptied each is unknown.
+            for row, checksum in db.execute(
+                "SELECT row, checksum FROM memories WHERE CAST(text AS BLOB)=x'' "
+                "AND retired_op IS NOT NULL ORDER BY row"
+            ).fetchall():
+                self.log_deletion(db, row, None, checksum)
+            self.set_meta(db, "format", FORMAT)
+            self.set_meta(db, "digests", self.digests.record())
 
     # ------------------------------------------------------------ transactions
 
@@ -217,33 +353,35 @@ class Journal(SnapshotStore, ScoreStore):
         if row is None:
             return default
         where = f"{self.path}: meta[{key!r}]"
-        if damaged_fields("meta", (key, row[0]), row[1]):
+        if self.digests.damaged("meta", (key, row[0]), row[1]):
             raise CorruptFolderError(f"{where} does not match its checksum")
         try:
             return json.loads(decoded_text(row[0], where))
         except ValueError as error:
             raise CorruptFolderError(f"{where} is not JSON ({error})") from error
 
-    @staticmethod
-    def set_meta(db: sqlite3.Connection, key: str, value: Any) -> None:
+    def set_meta(self, db: sqlite3.Connection, key: str, value: Any) -> None:
         text = json.dumps(value)
         db.execute(
             "INSERT OR REPLACE INTO meta VALUES (?, ?, ?)",
-            (key, text, row_checksum(key, text)),
+            (key, text, self.digests.row("meta", (key, text))),
         )
 
     # ---------------------------------------------------------------- the log
 
-    @staticmethod
     def append_op(
-        db: sqlite3.Connection, kind: str, payload: dict, data: bytes | None = None
+        self,
+        db: sqlite3.Connection,
+        kind: str,
+        payload: dict,
+        data: bytes | None = None,
     ) -> int:
         (seq,) = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM ops").fetchone()
         text = json.dumps(payload)
         db.execute(
             "INSERT INTO ops (seq, kind, payload, data, checksum) "
             "VALUES (?, ?, ?, ?, ?)",
-            (seq, kind, text, data, row_checksum(seq, kind, text, data)),
+            (seq, kind, text, data, self.digests.row("ops", (seq, kind, text, data))),
         )
         return int(seq)
 
@@ -251,7 +389,7 @@ class Journal(SnapshotStore, ScoreStore):
         """A verified, decoded ``ops`` row (read with :func:`_raw`)."""
         number, kind, payload, data, checksum = fields
         where = f"{self.path}: operation {number}"
-        damaged = damaged_fields("ops", (number, kind, payload, data), checksum)
+        damaged = self.digests.damaged("ops", (number, kind, payload, data), checksum)
         if damaged:
             raise CorruptFolderError(
                 f"{where}: its {', '.join(damaged)} does not match its checksum"
@@ -274,6 +412,24 @@ class Journal(SnapshotStore, ScoreStore):
         )
         for fields in rows:
             yield self._op(fields)
+
+    def missing_op(self) -> str | None:
+        """The first gap in the operations' numbers (they run 1, 2, ... with
+        none left out, so an operation removed from the middle is named; one
+        removed from the end is the high-water mark's to name), or ``None``."""
+        count, first, last = self._db.execute(
+            "SELECT COUNT(*), MIN(seq), MAX(seq) FROM ops"
+        ).fetchone()
+        if count == 0 or (first == 1 and last == count):
+            return None
+        numbers = self._db.execute("SELECT seq FROM ops ORDER BY seq")
+        for expected, (seq,) in enumerate(numbers, start=1):
+            if seq != expected:
+                return (
+                    f"{self.path}: operation {expected} is missing (the next one "
+                    f"stored is {seq}): an operation was removed"
+                )
+        return None
 
     def retired_rows(self) -> dict[int, int]:
         """``{memory row: seq of the operation that retired it}`` from the
@@ -306,7 +462,7 @@ class Journal(SnapshotStore, ScoreStore):
             text = json.dumps(new)
             db.execute(
                 "UPDATE ops SET payload=?, checksum=? WHERE seq=?",
-                (text, row_checksum(seq, kind, text, data), seq),
+                (text, self.digests.row("ops", (seq, kind, text, data)), seq),
             )
             changed += 1
         return changed
@@ -353,7 +509,7 @@ class Journal(SnapshotStore, ScoreStore):
         else:
             raise CorruptFolderError(f"{where}: id is a {id_type}, not an int or text")
         checked = (row, mid, text, meta, blob, origin, op)
-        damaged = damaged_fields("memories", checked, checksum)
+        damaged = self.digests.damaged("memories", checked, checksum)
         if damaged:
             raise CorruptFolderError(
                 f"{where} (id {mid!r}): its {', '.join(damaged)} does not match "
@@ -370,12 +526,11 @@ class Journal(SnapshotStore, ScoreStore):
             retired,
         )
 
-    @staticmethod
-    def insert_memories(db: sqlite3.Connection, rows: Sequence[tuple]) -> None:
+    def insert_memories(self, db: sqlite3.Connection, rows: Sequence[tuple]) -> None:
         """Stores ``(row, id, text, metadata, embedding, origin, op)`` rows."""
         db.executemany(
             "INSERT INTO memories VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?)",
-            [(*fields, row_checksum(*fields)) for fields in rows],
+            [(*fields, self.digests.row("memories", fields)) for fields in rows],
         )
 
     def replace_metadata(self, db: sqlite3.Connection, row: int, meta: str) -> None:
@@ -388,14 +543,15 @@ class Journal(SnapshotStore, ScoreStore):
         checked = (row, stored[1], stored[2], meta, stored[4], stored[5], stored[6])
         db.execute(
             "UPDATE memories SET metadata=?, checksum=? WHERE row=?",
-            (meta, row_checksum(*checked), row),
+            (meta, self.digests.row("memories", checked), row),
         )
 
     def scrub_memories(
-        self, db: sqlite3.Connection, rows: Sequence[int], width: int
+        self, db: sqlite3.Connection, rows: Sequence[int], width: int, seq: int
     ) -> None:
         """Overwrites the text, metadata and embedding of memory ``rows`` with
-        an empty placeholder (the row number and id stay: a tombstone)."""
+        an empty placeholder (the row number and id stay: a tombstone), and
+        logs each in the delete log as emptied by operation ``seq``."""
         blank = np.zeros(width, np.float32).tobytes()
         for row in rows:
             fields = db.execute(
@@ -403,11 +559,32 @@ class Journal(SnapshotStore, ScoreStore):
             ).fetchone()
             stored = self._memory(fields)
             checked = (row, stored[1], "", "{}", blank, stored[5], stored[6])
+            tombstone = self.digests.row("memories", checked)
             db.execute(
                 "UPDATE memories SET text='', metadata='{}', embedding=?, "
                 "checksum=? WHERE row=?",
-                (blank, row_checksum(*checked), row),
+                (blank, tombstone, row),
             )
+            self.log_deletion(db, row, seq, tombstone)
+
+    def log_deletion(
+        self, db: sqlite3.Connection, row: int, seq: int | None, tombstone: bytes
+    ) -> None:
+        """Appends a delete-log record: memory ``row`` was emptied by
+        operation ``seq`` and holds ``tombstone`` (its checksum), chained to
+        the record before it by that record's checksum."""
+        last = db.execute(
+            "SELECT number, checksum FROM deletions ORDER BY number DESC LIMIT 1"
+        ).fetchone()
+        if last is None:
+            number, previous = 1, b""
+        else:
+            number, previous = int(last[0]) + 1, bytes(last[1] or b"")
+        fields = (number, int(row), seq, bytes(tombstone), previous)
+        db.execute(
+            f"INSERT INTO deletions ({_DELETION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+            (*fields, self.digests.row("deletions", fields)),
+        )
 
     def flush_freed(self) -> bool:
         """Moves every committed page into the database file and truncates
@@ -439,8 +616,9 @@ class Journal(SnapshotStore, ScoreStore):
     def findings(self) -> list[tuple[str, str]]:
         """Every damaged row of the journal as ``(kind, message)``, the message
         naming its table, row and what is wrong; ``kind`` is one of
-        ``sqlite``, ``meta``, ``memory``, ``operation``, ``score``, ``chunk``
-        (empty when every checksum, every text's UTF-8 and SQLite's own
+        ``sqlite``, ``meta``, ``memory``, ``operation``, ``score``, ``chunk``,
+        ``deletion`` (empty when every checksum, every text's UTF-8, the
+        operations' numbering, the delete log and SQLite's own
         ``quick_check`` pass)."""
         found = [("sqlite", problem) for problem in self.integrity_problems()]
         for fields in self._memory_fields():
@@ -448,6 +626,9 @@ class Journal(SnapshotStore, ScoreStore):
                 self._memory(fields)
             except CorruptFolderError as error:
                 found.append(("memory", str(error)))
+        missing = self.missing_op()
+        if missing is not None:
+            found.append(("operation", missing))
         for fields in self._db.execute(f"SELECT {_OP_COLUMNS} FROM ops ORDER BY seq"):
             try:
                 self._op(fields)
@@ -456,7 +637,7 @@ class Journal(SnapshotStore, ScoreStore):
         for key, value, checksum in self._db.execute(
             "SELECT CAST(key AS BLOB), CAST(value AS BLOB), checksum FROM meta"
         ):
-            if damaged_fields("meta", (key, value), checksum):
+            if self.digests.damaged("meta", (key, value), checksum):
                 name = key.decode("utf-8", "replace")
                 found.append(
                     ("meta", f"{self.path}: meta[{name!r}] does not match its checksum")
@@ -465,7 +646,7 @@ class Journal(SnapshotStore, ScoreStore):
             "SELECT scorer, query_hash, memory_hash, value, query_index, checksum "
             "FROM scores"
         ):
-            damaged = damaged_fields("scores", fields[:5], fields[5])
+            damaged = self.digests.damaged("scores", fields[:5], fields[5])
             if damaged:
                 found.append(
                     (
@@ -484,7 +665,90 @@ class Journal(SnapshotStore, ScoreStore):
                         "not match its hash",
                     )
                 )
+        found += [("deletion", problem) for problem in self.deletion_problems()]
         return found
+
+    def deletion_problems(self) -> list[str]:
+        """What is wrong with the delete log, each naming the record or the
+        memory row (empty when fine): a record that fails its checksum, a
+        broken chain (a record removed or edited), a row a forget emptied
+        that holds something else again (put back from a backup), a forget
+        an operation records with no record, or a record no operation
+        accounts for."""
+        problems = []
+        logged: set[tuple[int, int]] = set()
+        expected, previous = 1, b""
+        for fields in self._db.execute(
+            f"SELECT {_DELETION_COLUMNS} FROM deletions ORDER BY number"
+        ).fetchall():
+            number, row, op, tombstone, link, checksum = fields
+            where = f"{self.path}: delete log record {number}"
+            damaged = self.digests.damaged("deletions", fields[:5], checksum)
+            if damaged:
+                problems.append(
+                    f"{where}: its {', '.join(damaged)} does not match its checksum"
+                )
+            elif number != expected:
+                problems.append(
+                    f"{where}: record {expected} before it is missing (the delete "
+                    "log's chain is broken)"
+                )
+            elif link != previous:
+                problems.append(
+                    f"{where}: does not carry the checksum of record {number - 1} "
+                    "(the delete log's chain is broken: a record was removed or "
+                    "edited)"
+                )
+            expected = number + 1
+            previous = checksum if isinstance(checksum, bytes) else b""
+            if damaged:
+                continue
+            if op is not None:
+                logged.add((op, row))
+            memory = self._db.execute(
+                "SELECT typeof(id), CAST(id AS BLOB), checksum, retired_op "
+                "FROM memories WHERE row=?",
+                (row,),
+            ).fetchone()
+            if memory is None:
+                problems.append(f"{where}: the memory row {row} it emptied is missing")
+                continue
+            id_type, raw_id, stored, retired = memory
+            if stored != tombstone or retired is None:
+                mid: Any = (
+                    int(raw_id)
+                    if id_type == "integer"
+                    else bytes(raw_id).decode("utf-8", "replace")
+                )
+                # Records an upgrade made for older forgets name no operation.
+                by = "before the delete log" if op is None else f"operation {op}"
+                problems.append(
+                    f"{self.path}: memory row {row} (id {mid!r}) was deleted "
+                    f"({by}, delete log record {number}) but no longer holds "
+                    "what the delete left: a deleted row was put back"
+                )
+        scrubbed = set()
+        for fields in self._db.execute(
+            f"SELECT {_OP_COLUMNS} FROM ops WHERE kind='retire' ORDER BY seq"
+        ).fetchall():
+            try:
+                seq, _, payload, _ = self._op(fields)
+            except CorruptFolderError:
+                continue  # named by the operations' own check
+            for row in payload.get("scrubbed", []):
+                if isinstance(row, int):
+                    scrubbed.add((seq, row))
+        for seq, row in sorted(scrubbed - logged):
+            problems.append(
+                f"{self.path}: operation {seq} deleted memory row {row}, but the "
+                "delete log holds no record of it (a record was removed)"
+            )
+        for op, row in sorted(logged - scrubbed):
+            problems.append(
+                f"{self.path}: the delete log says operation {op} emptied memory "
+                f"row {row}, but that operation emptied no such row"
+            )
+        return problems
 
     def integrity_problems(self) -> list[str]:
         """SQLite's own ``quick_check`` (empty when fine)."""
@@ -508,9 +772,10 @@ __all__ = [
     "MARKER_NAME",
     "CorruptFolderError",
     "DiskFullError",
+    "FolderKeyError",
     "Journal",
+    "RowDigests",
     "lost_journal",
-    "row_checksum",
     "text_hash",
     "write_marker",
 ]

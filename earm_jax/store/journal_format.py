@@ -16,9 +16,12 @@ JOURNAL_NAME = "journal.sqlite"
 # empty or missing journal lost its journal, and is refused rather than
 # opened as a new, empty retriever.
 MARKER_NAME = "retriever.json"
-FORMAT = "earm-retriever/3"
-# Folders of these formats are migrated on open (checksums added to every row).
-MIGRATED_FORMATS = ("earm-retriever/2",)
+FORMAT = "earm-retriever/4"
+# Folders of these formats are upgraded on open: format 2 had no checksums
+# (its rows are trusted as they are), format 3 digested each field alone
+# (its rows are verified first); both get place-bound digests and a delete
+# log.
+MIGRATED_FORMATS = ("earm-retriever/2", "earm-retriever/3")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -66,6 +69,14 @@ CREATE TABLE IF NOT EXISTS snapshots (
   created_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS chunks (hash BLOB PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS deletions (
+  number INTEGER PRIMARY KEY,
+  row INTEGER NOT NULL,
+  op INTEGER,
+  tombstone BLOB NOT NULL,
+  previous BLOB NOT NULL,
+  checksum BLOB
+);
 """
 
 

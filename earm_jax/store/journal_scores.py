@@ -1,6 +1,8 @@
 """Paid scores in the journal: ``scorers(id, key)`` and ``scores(scorer,
 query_hash, memory_hash, value, query_index, created_at, checksum)``, keyed by
-16-byte SHA-256 prefixes of the texts, so no pair is paid for twice."""
+16-byte SHA-256 prefixes of the texts, so no pair is paid for twice. A score's
+digests are bound to its scorer and text hashes (a value moved to another
+pair fails) and, in a keyed folder, need the key to forge."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from earm_jax.store.integrity import damaged_fields, row_checksum
+from earm_jax.store.integrity import RowDigests
 
 
 def text_hash(text: str) -> bytes:
@@ -30,6 +32,7 @@ class ScoreStore:
     _db: sqlite3.Connection
     _scorer_ids: dict[str, int]
     damaged_scores: int
+    digests: RowDigests
     _in_memory: dict[tuple[str, bytes, bytes], float] | None = None
 
     def keep_scores_in_memory(self) -> None:
@@ -75,7 +78,7 @@ class ScoreStore:
                 f"query_hash=? AND memory_hash IN ({marks})",
                 (row[0], query_hash, *part),
             ):
-                if damaged_fields("scores", fields[:5], fields[5]):
+                if self.digests.damaged("scores", fields[:5], fields[5]):
                     self.damaged_scores += 1  # paid again, then overwritten
                     continue
                 found[fields[2]] = fields[3]
@@ -105,7 +108,7 @@ class ScoreStore:
             # row was found damaged at the lookup: the fresh answer replaces it.
             db.executemany(
                 "INSERT OR REPLACE INTO scores VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(*fields, now, row_checksum(*fields)) for fields in rows],
+                [(*fields, now, self.digests.row("scores", fields)) for fields in rows],
             )
 
     def num_scores(self) -> int:
@@ -134,7 +137,7 @@ class ScoreStore:
                 "SELECT scorer, query_hash, memory_hash, value, query_index, "
                 "checksum FROM scores"
             ).fetchall()
-            if damaged_fields("scores", fields[:5], fields[5])
+            if self.digests.damaged("scores", fields[:5], fields[5])
         ]
         with self.transaction() as db:
             db.executemany(

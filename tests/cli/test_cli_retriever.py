@@ -38,3 +38,23 @@ def test_check_and_repair_commands(tmp_path):
     assert runner.invoke(app, ["retriever", "check", str(tmp_path)]).exit_code == 0
     missing = runner.invoke(app, ["retriever", "check", str(tmp_path / "nothing")])
     assert missing.exit_code == 1 and "missing" in missing.output
+
+
+def test_check_and_repair_take_the_key_file_of_a_keyed_folder(tmp_path):
+    folder, key_file = tmp_path / "agent", tmp_path / "agent.key"
+    with OnlineRetriever(
+        folder, KeywordScorer(), HashEmbedder(), CONFIG, key_file=key_file
+    ) as agent:
+        agent.add(memories(6))
+        agent.query(queries(1)[0])
+    runner = CliRunner()
+    keyed = ["--key-file", str(key_file)]
+    result = runner.invoke(app, ["retriever", "check", str(folder), "--deep", *keyed])
+    assert result.exit_code == 0, result.output
+    assert "ok (6 memories, 1 queries" in result.output
+    for command in ("check", "repair"):
+        refused = runner.invoke(app, ["retriever", command, str(folder)])
+        assert refused.exit_code == 1, refused.output
+        assert "is keyed" in refused.output and "--key-file" in refused.output
+    fixed = runner.invoke(app, ["retriever", "repair", str(folder), *keyed])
+    assert fixed.exit_code == 0 and "nothing to repair" in fixed.output

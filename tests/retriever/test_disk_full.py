@@ -38,7 +38,7 @@ def _full_once(monkeypatch, function: str, target: str) -> list[int]:
                 raise sqlite3.OperationalError("database or disk is full")
             return real_meta(*args, **kwargs)
 
-        monkeypatch.setattr(Journal, "set_meta", staticmethod(full_meta))
+        monkeypatch.setattr(Journal, "set_meta", full_meta)
         return hits
     real = getattr(os, function)
 

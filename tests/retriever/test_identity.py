@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from earm_jax.retriever import OnlineRetriever, RetrieverConfig
-from earm_jax.store.journal import row_checksum
+from earm_jax.store.journal import RowDigests
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fakes import CONFIG, HashEmbedder, KeywordScorer, memories, queries  # noqa: E402
@@ -83,7 +83,7 @@ def test_new_folders_take_best_and_old_folders_keep_their_preset(tmp_path):
     text = json.dumps(stored)
     db.execute(
         "UPDATE meta SET value=?, checksum=? WHERE key='config'",
-        (text, row_checksum("config", text)),
+        (text, RowDigests().row("meta", ("config", text))),
     )
     db.commit()
     db.close()

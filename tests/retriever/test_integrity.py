@@ -224,7 +224,7 @@ def test_a_folder_of_the_previous_format_is_migrated(pristine, tmp_path):
     (folder / "retriever.json").unlink()
     with _open(folder) as migrated:
         assert [migrated.answer(i) for i in range(migrated.num_queries)] == expected
-        assert migrated._journal.get_meta("format") == "earm-retriever/3"
+        assert migrated._journal.get_meta("format") == "earm-retriever/4"
         assert migrated._journal.findings() == []
     assert (folder / "retriever.json").exists()
     assert check(folder, deep=True).ok
