@@ -16,7 +16,9 @@ from earm_jax.policies import constant_budget, stratified_anchors
 
 
 def _policy(budget: int) -> ej.Policy:
-    return ej.AnchorPolicy(budget=constant_budget(budget), anchors=stratified_anchors(0.1))
+    return ej.AnchorPolicy(
+        budget=constant_budget(budget), anchors=stratified_anchors(0.1)
+    )
 
 
 def _run(stream, policy, **overrides):

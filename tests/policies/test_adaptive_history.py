@@ -147,8 +147,8 @@ def test_the_learned_order_moves_only_the_unscored_between_the_tiers(merge):
     else:
         assert scores[1:4].min() > scores[unscored].max()
     # Without weights (a fresh ledger) the unscored keep similarity order.
-    _, fresh = ad.score_query(policy, 
-        policy.init(), query, lambda mask: answers, None, bias
+    _, fresh = ad.score_query(
+        policy, policy.init(), query, lambda mask: answers, None, bias
     )
     fresh_scores = np.asarray(fresh.scores)[unscored]
     assert np.all(np.diff(fresh_scores) < 0)
@@ -239,13 +239,17 @@ def test_the_learned_call_order_pays_where_the_learned_order_points():
     paid = {}
     for order in ("learned", "similarity"):
         policy = ad.adaptive_policy(config._replace(call_order=order))
-        _, info = ad.score_query(policy, ledger, query, lambda mask: answers, None, bias)
+        _, info = ad.score_query(
+            policy, ledger, query, lambda mask: answers, None, bias
+        )
         paid[order] = set(np.flatnonzero(np.asarray(info.anchors)).tolist())
     assert paid["learned"] == {0, 1, 12, 13}
     assert paid["similarity"] == {0, 1, 2, 3}
     # A fresh ledger has learned nothing: its order is similarity's.
     policy = ad.adaptive_policy(config)
-    _, info = ad.score_query(policy, policy.init(), query, lambda mask: answers, None, bias)
+    _, info = ad.score_query(
+        policy, policy.init(), query, lambda mask: answers, None, bias
+    )
     assert set(np.flatnonzero(np.asarray(info.anchors)).tolist()) == {0, 1, 2, 3}
 
 
