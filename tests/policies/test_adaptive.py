@@ -97,8 +97,9 @@ def _run(policy):
 
 
 def test_traced_step_equals_the_host_round_loop():
-    """The traced rounds (fori_loop, jitted) and ``score_query`` (a Python loop calling a
-    scorer once per round) give the same anchors, scores and ledger."""
+    """The traced rounds (fori_loop, jitted) and ``score_query`` (a Python
+    loop calling a scorer once per round) give the same anchors, scores and
+    ledger."""
     policy = ad.adaptive_policy(CONFIG)
     queries, scores = _stream(0, num_queries=6)
     step = jax.jit(lambda ledger, q, row: ad.adaptive_query(policy, ledger, q, row))
