@@ -297,7 +297,9 @@ class OnlineRetriever(
         # What a caller is shown is on one scale whatever ranked it: the direct
         # answer where paid, the completion's estimate elsewhere, in [0, 1]
         # (best's merge keys order candidates but are not scores).
-        shown = np.asarray(info.scores)
+        # Clipped: a completion at the floor sits one ulp below 0 (so that a
+        # direct 0 outranks it), which is no score to show.
+        shown = np.clip(np.asarray(info.scores), 0.0, 1.0)
         budget = int(info.budget if adaptive is None else adaptive[1].limit)
         if self.similarity_only:
             # With no answer anywhere the completion knows nothing: similarity

@@ -170,3 +170,25 @@ def test_best_reports_scores_in_zero_one_never_its_merge_keys(tmp_path):
         for score, paid in zip(answer.scores, answer.anchored, strict=True):
             if paid:  # a paid memory shows the scorer's own answer
                 assert min(abs(score - 1.0), abs(score - 0.05)) < 1e-6
+
+
+class NothingScorer(KeywordScorer):
+    """Every answer 0: the completion sits at the floor of the scale."""
+
+    def value(self, query: str, memory: str) -> float:
+        return 0.0
+
+
+@pytest.mark.parametrize("preset", ["best", "paper", "learned_calls"])
+def test_a_completion_at_the_floor_is_shown_as_zero_not_below(tmp_path, preset):
+    """The solver keeps an unpaid completion at 0 one ulp below a paid 0 (so
+    the answer outranks it); what a caller is shown is still in [0, 1]."""
+    config = dataclasses.replace(BEST, preset=preset, block_size=1)
+    with OnlineRetriever(
+        tmp_path / preset, NothingScorer(), HashEmbedder(), config
+    ) as r:
+        r.add(memories(40))
+        answers = [r.query(q, k=25) for q in queries(6)]
+    shown = [s for a in answers for s in a.scores]
+    assert min(shown) == 0.0 and all(0.0 <= s <= 1.0 for s in shown), shown
+    assert any(not paid for a in answers for paid in a.anchored)
