@@ -29,6 +29,7 @@ from fakes import (  # noqa: E402
 from optional_extras import require_extra  # noqa: E402
 
 BEST = dataclasses.replace(CONFIG, preset="best")
+LEARNED = dataclasses.replace(CONFIG, preset="learned_calls", call_budget=0.5)
 
 
 class AsyncKeywordScorer(KeywordScorer):
@@ -91,7 +92,9 @@ def _same(a, b):
     )
 
 
-@pytest.mark.parametrize("config", [CONFIG, BEST], ids=["paper", "best"])
+@pytest.mark.parametrize(
+    "config", [CONFIG, BEST, LEARNED], ids=["paper", "best", "learned_calls"]
+)
 def test_awaited_one_at_a_time_equals_the_synchronous_api(tmp_path, config):
     texts, asks = memories(30), queries(8)
     with _open(tmp_path / "sync", config=config) as plain:
@@ -125,7 +128,9 @@ def _open_usage(folder, config):
         return retriever.usage()
 
 
-@pytest.mark.parametrize("config", [CONFIG, BEST], ids=["paper", "best"])
+@pytest.mark.parametrize(
+    "config", [CONFIG, BEST, LEARNED], ids=["paper", "best", "learned_calls"]
+)
 def test_100_concurrent_queries_overlap_and_replay_bit_for_bit(tmp_path, config):
     config = dataclasses.replace(config, snapshot_every=1000)
     # Distinct texts (the best preset's first round is the same for a same text,
