@@ -218,6 +218,7 @@ class AsyncRetrieving:
         index: int,
         known: Mapping[str, PairScore],
         vector=None,
+        ahead: bool = False,
     ) -> list[str]:
         """Memory texts the query's anchors need that are neither stored nor
         ``known``, were it recorded at ``index`` now (no state changes)."""
@@ -234,7 +235,15 @@ class AsyncRetrieving:
                 )
             )
 
+        # Learned calls' second round follows the regression as it will stand
+        # at this query's turn, which the queries before it still change:
+        # ahead of its turn a query plans (and pays) its first round only.
+        first_round_only = ahead and self.config.preset == "learned_calls"
+        rounds_asked = 0
+
         def pay(positions: np.ndarray):
+            nonlocal rounds_asked
+            rounds_asked += 1
             rows = np.asarray(pool.candidates)[positions]
             texts = [self._texts[r] for r in rows]
             cached = self._journal.get_scores(self._scorer_key, text, texts)
@@ -243,6 +252,9 @@ class AsyncRetrieving:
                 for t, v in zip(texts, cached, strict=True)
                 if v is None and t not in known
             ]
+            if missing and first_round_only and rounds_asked > 1:
+                nothing = np.zeros(len(texts), np.float32)
+                return nothing, np.zeros(len(texts), bool)
             if missing:
                 raise _Unpaid(list(dict.fromkeys(missing)))
             answers = [
@@ -275,7 +287,7 @@ class AsyncRetrieving:
         pool, vector = pool_of()
         position = self._position(turn)
         index = self._count + position
-        missing = self._unpaid(text, pool, index, known, vector)
+        missing = self._unpaid(text, pool, index, known, vector, position > 0)
         if not missing and position == 0:
             return self._answer(text, pool, k, known, prepaid, vector)
         return missing, index

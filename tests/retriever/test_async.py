@@ -456,3 +456,26 @@ def test_async_errors_are_the_synchronous_ones(tmp_path):
         assert retriever._turns == []
     with pytest.raises(ValueError, match="closed"):
         asyncio.run(retriever.aquery("chess?"))
+
+
+def test_learned_calls_concurrent_queries_pay_what_they_pay_in_turn(tmp_path):
+    """A query ahead of its turn plans only the head (which the similarity
+    order fixes): the tail follows the regression as it stands at its turn,
+    so concurrent queries pay exactly the pairs they pay one at a time."""
+    config = dataclasses.replace(LEARNED, snapshot_every=1000)
+    asks = [f"Question {i}: {q}" for i, q in enumerate(queries(40, seed=7))]
+    with _open(tmp_path / "turn", KeywordScorer(), config) as in_turn:
+        in_turn.add(memories(40))
+        expected = [in_turn.query(q) for q in asks]
+    scorer = AsyncKeywordScorer(delay=0.05)
+    with _open(tmp_path / "concurrent", scorer, config) as retriever:
+        retriever.add(memories(40))
+
+        async def run():
+            return await asyncio.gather(*(retriever.aquery(q) for q in asks))
+
+        answers = asyncio.run(run())
+        assert scorer.max_in_flight >= 5
+    assert len(scorer.paid) == sum(a.calls for a in expected)
+    for got, want in zip(answers, expected, strict=True):
+        assert got.memory_ids == want.memory_ids
