@@ -64,6 +64,7 @@ from typing import Any
 
 import numpy as np
 
+from earm_jax.store.delete_log import DeleteLog
 from earm_jax.store.folder_key import FolderKeyError, open_key
 from earm_jax.store.high_water import HIGH_WATER_NAME, HighWater, behind_mark
 from earm_jax.store.integrity import (
@@ -101,7 +102,6 @@ _MEMORY_COLUMNS = (
 _OP_COLUMNS = ", ".join(
     raw_column("ops", c) for c in (*CHECKED_FIELDS["ops"], "checksum")
 )
-_DELETION_COLUMNS = ", ".join((*CHECKED_FIELDS["deletions"], "checksum"))
 # The columns that find a row of each digested table again (to rewrite its
 # checksum when a folder is upgraded).
 _ROW_KEYS = {
@@ -128,7 +128,7 @@ def _row_name(table: str, fields: Sequence[Any]) -> str:
     )
 
 
-class Journal(SnapshotStore, ScoreStore):
+class Journal(SnapshotStore, ScoreStore, DeleteLog):
     """The SQLite journal of one retriever folder.
 
     Args:
@@ -431,6 +431,18 @@ class Journal(SnapshotStore, ScoreStore):
                 )
         return None
 
+    def retire_payloads(self) -> Iterator[tuple[int, dict]]:
+        """``(seq, payload)`` of every retire operation that passes its
+        checks (a damaged one is named by the operations' own check)."""
+        for fields in self._db.execute(
+            f"SELECT {_OP_COLUMNS} FROM ops WHERE kind='retire' ORDER BY seq"
+        ).fetchall():
+            try:
+                seq, _, payload, _ = self._op(fields)
+            except CorruptFolderError:
+                continue
+            yield seq, payload
+
     def retired_rows(self) -> dict[int, int]:
         """``{memory row: seq of the operation that retired it}`` from the
         verified retire operations (what ``retired_op`` must agree with)."""
@@ -567,25 +579,6 @@ class Journal(SnapshotStore, ScoreStore):
             )
             self.log_deletion(db, row, seq, tombstone)
 
-    def log_deletion(
-        self, db: sqlite3.Connection, row: int, seq: int | None, tombstone: bytes
-    ) -> None:
-        """Appends a delete-log record: memory ``row`` was emptied by
-        operation ``seq`` and holds ``tombstone`` (its checksum), chained to
-        the record before it by that record's checksum."""
-        last = db.execute(
-            "SELECT number, checksum FROM deletions ORDER BY number DESC LIMIT 1"
-        ).fetchone()
-        if last is None:
-            number, previous = 1, b""
-        else:
-            number, previous = int(last[0]) + 1, bytes(last[1] or b"")
-        fields = (number, int(row), seq, bytes(tombstone), previous)
-        db.execute(
-            f"INSERT INTO deletions ({_DELETION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
-            (*fields, self.digests.row("deletions", fields)),
-        )
-
     def flush_freed(self) -> bool:
         """Moves every committed page into the database file and truncates
         the WAL, so overwritten content survives in no file (with
@@ -667,88 +660,6 @@ class Journal(SnapshotStore, ScoreStore):
                 )
         found += [("deletion", problem) for problem in self.deletion_problems()]
         return found
-
-    def deletion_problems(self) -> list[str]:
-        """What is wrong with the delete log, each naming the record or the
-        memory row (empty when fine): a record that fails its checksum, a
-        broken chain (a record removed or edited), a row a forget emptied
-        that holds something else again (put back from a backup), a forget
-        an operation records with no record, or a record no operation
-        accounts for."""
-        problems = []
-        logged: set[tuple[int, int]] = set()
-        expected, previous = 1, b""
-        for fields in self._db.execute(
-            f"SELECT {_DELETION_COLUMNS} FROM deletions ORDER BY number"
-        ).fetchall():
-            number, row, op, tombstone, link, checksum = fields
-            where = f"{self.path}: delete log record {number}"
-            damaged = self.digests.damaged("deletions", fields[:5], checksum)
-            if damaged:
-                problems.append(
-                    f"{where}: its {', '.join(damaged)} does not match its checksum"
-                )
-            elif number != expected:
-                problems.append(
-                    f"{where}: record {expected} before it is missing (the delete "
-                    "log's chain is broken)"
-                )
-            elif link != previous:
-                problems.append(
-                    f"{where}: does not carry the checksum of record {number - 1} "
-                    "(the delete log's chain is broken: a record was removed or "
-                    "edited)"
-                )
-            expected = number + 1
-            previous = checksum if isinstance(checksum, bytes) else b""
-            if damaged:
-                continue
-            if op is not None:
-                logged.add((op, row))
-            memory = self._db.execute(
-                "SELECT typeof(id), CAST(id AS BLOB), checksum, retired_op "
-                "FROM memories WHERE row=?",
-                (row,),
-            ).fetchone()
-            if memory is None:
-                problems.append(f"{where}: the memory row {row} it emptied is missing")
-                continue
-            id_type, raw_id, stored, retired = memory
-            if stored != tombstone or retired is None:
-                mid: Any = (
-                    int(raw_id)
-                    if id_type == "integer"
-                    else bytes(raw_id).decode("utf-8", "replace")
-                )
-                # Records an upgrade made for older forgets name no operation.
-                by = "before the delete log" if op is None else f"operation {op}"
-                problems.append(
-                    f"{self.path}: memory row {row} (id {mid!r}) was deleted "
-                    f"({by}, delete log record {number}) but no longer holds "
-                    "what the delete left: a deleted row was put back"
-                )
-        scrubbed = set()
-        for fields in self._db.execute(
-            f"SELECT {_OP_COLUMNS} FROM ops WHERE kind='retire' ORDER BY seq"
-        ).fetchall():
-            try:
-                seq, _, payload, _ = self._op(fields)
-            except CorruptFolderError:
-                continue  # named by the operations' own check
-            for row in payload.get("scrubbed", []):
-                if isinstance(row, int):
-                    scrubbed.add((seq, row))
-        for seq, row in sorted(scrubbed - logged):
-            problems.append(
-                f"{self.path}: operation {seq} deleted memory row {row}, but the "
-                "delete log holds no record of it (a record was removed)"
-            )
-        for op, row in sorted(logged - scrubbed):
-            problems.append(
-                f"{self.path}: the delete log says operation {op} emptied memory "
-                f"row {row}, but that operation emptied no such row"
-            )
-        return problems
 
     def integrity_problems(self) -> list[str]:
         """SQLite's own ``quick_check`` (empty when fine)."""
