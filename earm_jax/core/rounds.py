@@ -62,6 +62,36 @@ Pay = Callable[[np.ndarray], tuple[ArrayLike, ArrayLike]]
 positions); ``ok`` marks the answers that came back."""
 
 
+def host_rounds(
+    policy: Policy, carry: Any, progress: Any, pay: Pay, size: int
+) -> tuple[Any, np.ndarray]:
+    """The rounds from ``progress`` on, on the host: ``pay`` is called once
+    per round that asks for anything (one batched scorer request each), and
+    the loop stops as soon as a round asks for nothing.
+
+    Returns:
+      ``(final progress, float32[N] the answers that came back, 0 elsewhere)``.
+    """
+    answers = np.zeros(size, np.float32)
+    for _ in range(policy.num_rounds):
+        requested = np.asarray(policy.select(carry, progress), bool)
+        if not requested.any():
+            break
+        positions = np.flatnonzero(requested)
+        values, ok = pay(positions)
+        ok = np.asarray(ok, bool)
+        mask = np.zeros(size, bool)
+        mask[positions] = ok
+        answers[positions] = np.where(ok, np.asarray(values, np.float32), 0.0)
+        progress = policy.observe(
+            carry,
+            progress,
+            jnp.asarray(requested),
+            Observation(jnp.asarray(answers), jnp.asarray(mask)),
+        )
+    return progress, answers
+
+
 def pay_rounds(
     policy: Policy,
     key: PRNGKey,
@@ -79,23 +109,7 @@ def pay_rounds(
     """
     progress = policy.begin(key, carry, query, context)
     size = int(np.shape(query.candidates)[-1])
-    for _ in range(policy.num_rounds):
-        requested = np.asarray(policy.select(carry, progress), bool)
-        if not requested.any():
-            break
-        positions = np.flatnonzero(requested)
-        answered, ok = pay(positions)
-        ok = np.asarray(ok, bool)
-        values = np.zeros(size, np.float32)
-        mask = np.zeros(size, bool)
-        values[positions] = np.where(ok, np.asarray(answered, np.float32), 0.0)
-        mask[positions] = ok
-        progress = policy.observe(
-            carry,
-            progress,
-            jnp.asarray(requested),
-            Observation(jnp.asarray(values), jnp.asarray(mask)),
-        )
+    progress, _ = host_rounds(policy, carry, progress, pay, size)
     return policy.finish(carry, progress)
 
 
@@ -118,27 +132,18 @@ def pay_query(
       ``(state after the query, StepInfo)``.
     """
     progress = solver.begin(key, state, query, side)
-    carry = state.policy_state
-    policy = solver.policy
     size = int(np.shape(query.candidates)[-1])
-    answers = np.zeros(size, np.float32)
-    for _ in range(policy.num_rounds):
-        requested = np.asarray(policy.select(carry, progress), bool)
-        if not requested.any():
-            break
-        positions = np.flatnonzero(requested)
-        values, ok = pay(positions)
-        ok = np.asarray(ok, bool)
-        mask = np.zeros(size, bool)
-        mask[positions] = ok
-        answers[positions] = np.where(ok, np.asarray(values, np.float32), 0.0)
-        progress = policy.observe(
-            carry,
-            progress,
-            jnp.asarray(requested),
-            Observation(jnp.asarray(answers), jnp.asarray(mask)),
-        )
+    progress, answers = host_rounds(
+        solver.policy, state.policy_state, progress, pay, size
+    )
     return solver.finish(state, query, progress, jnp.asarray(answers))
 
 
-__all__ = ["Pay", "pay_query", "pay_rounds", "play_rounds", "traced_rounds"]
+__all__ = [
+    "Pay",
+    "host_rounds",
+    "pay_query",
+    "pay_rounds",
+    "play_rounds",
+    "traced_rounds",
+]
