@@ -1,8 +1,8 @@
 """kill -9 at random moments, with real processes: every reopen succeeds, every
 acknowledged write is there, no paid score is lost or paid twice.
 
-The default run kills 15 workers of the paper preset and 6 of the best preset:
-nearly every kill lands inside an operation (mostly a query, scoring in flight,
+The default run kills 15 workers of the paper preset and 6 each of the best and
+learned_calls presets: nearly every kill lands inside an operation (mostly a query, scoring in flight,
 some a query_many, an add or an update), and the early workers already pay for
 more pairs than the test asks. A longer soak: ``EARM_KILL_TRIALS=200
 EARM_KILL_TRIALS_BEST=60 pytest tests/retriever/test_kill.py``."""
@@ -103,6 +103,10 @@ def _possibly_forgotten(records) -> set[str]:
     [
         ("paper", TRIALS, 0.8, 50),
         ("best", BEST_TRIALS, 2.5, 20),
+        # Learned calls add the regression rebuilt from the queries' records.
+        pytest.param(
+            "learned_calls", BEST_TRIALS, 2.5, 20, id="learned_calls-6-2.5-20"
+        ),
         # The fast tier's few kills; the runs above are the soak.
         pytest.param("paper", 3, 0.8, 5, marks=pytest.mark.basics, id="basics"),
     ],
