@@ -1,11 +1,12 @@
 """kill -9 at random moments, with real processes: every reopen succeeds, every
 acknowledged write is there, no paid score is lost or paid twice.
 
-The default run kills 15 workers of the paper preset and 6 each of the best and
-learned_calls presets: nearly every kill lands inside an operation (mostly a query, scoring in flight,
-some a query_many, an add or an update), and the early workers already pay for
-more pairs than the test asks. A longer soak: ``EARM_KILL_TRIALS=200
-EARM_KILL_TRIALS_BEST=60 pytest tests/retriever/test_kill.py``."""
+The default run kills 15 workers of the paper preset and 6 each of the best
+and learned_calls presets: nearly every kill lands inside an operation (mostly
+a query, scoring in flight, some a query_many, an add or an update), and the
+early workers already pay for more pairs than the test asks. A longer soak:
+``EARM_KILL_TRIALS=200 EARM_KILL_TRIALS_BEST=60 pytest tests/retriever/test_kill.py``.
+"""
 
 from __future__ import annotations
 
