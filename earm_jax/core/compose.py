@@ -25,16 +25,18 @@ them together into an ordinary :class:`~earm_jax.core.config.OnlineSolver`:
 
 from __future__ import annotations
 
-import re
 from typing import NamedTuple
 
 from earm_jax.base import Policy
 from earm_jax.core.algorithms import incremental
 from earm_jax.core.config import (
+    FIELD_RULES,
     InputTypeError,
     InputValueError,
     OnlineSolver,
     SolverConfig,
+    check_field,
+    check_policy_fits,
 )
 from earm_jax.core.online import online_solver
 from earm_jax.core.solvers.base import SolverAlgorithm
@@ -91,16 +93,83 @@ class LogHistory(NamedTuple):
     max_budget: int | None = None
 
 
-def _owner_names(
+def _check_types(
     model: LowRankModel, history: RowHistory | LogHistory, algorithm: SolverAlgorithm
-) -> dict[str, str]:
-    """Which part each config field came from, to name it in errors."""
-    history_name = type(history).__name__
-    owners = {field: f"LowRankModel.{field}" for field in LowRankModel._fields}
-    owners |= {field: f"{history_name}.{field}" for field in history._fields}
+) -> None:
+    for name, value, kinds in (
+        ("model", model, (LowRankModel,)),
+        ("history", history, (RowHistory, LogHistory)),
+        ("algorithm", algorithm, (SolverAlgorithm,)),
+    ):
+        if not isinstance(value, kinds):
+            expected = " or ".join(kind.__name__ for kind in kinds)
+            raise InputTypeError(
+                f"compose_solver: {name} must be a {expected}, "
+                f"got {type(value).__name__}"
+            )
+
+
+def _check_model(model: LowRankModel) -> None:
+    # init_scale and clip_completions take any value SolverConfig takes.
+    for field in ("num_memories", "rank"):
+        check_field(field, getattr(model, field), f"LowRankModel.{field}")
+
+
+def _check_history(history: RowHistory | LogHistory) -> int:
+    """Checks ``history``'s fields, naming it; returns its ``max_budget``."""
+    name = type(history).__name__
+    for field in ("capacity", "pool_size"):
+        check_field(field, getattr(history, field), f"{name}.{field}")
+    if history.max_budget is None:
+        max_budget = history.pool_size
+    else:
+        max_budget = history.max_budget
+        check_field("max_budget", max_budget, f"{name}.max_budget")
+    if max_budget > history.pool_size:
+        raise InputValueError(
+            f"{name}.max_budget={max_budget} exceeds pool_size={history.pool_size}: "
+            "a row can never hold more anchors than the pool has candidates"
+        )
+    if isinstance(history, LogHistory):
+        # Not only >= 0 as in SolverConfig, where 0 means rows: a log holds at
+        # least one full query.
+        check_field("entry_capacity", history.entry_capacity, f"{name}.entry_capacity")
+        if history.entry_capacity < max_budget:
+            raise InputValueError(
+                f"{name}.entry_capacity={history.entry_capacity} is smaller than "
+                f"max_budget={max_budget}: the log must hold one full query"
+            )
+    return max_budget
+
+
+def _check_algorithm(
+    algorithm: SolverAlgorithm, history: RowHistory | LogHistory, max_budget: int
+) -> None:
+    """Checks the algorithm's bound values (the factories check their own
+    arguments; :func:`~earm_jax.core.algorithms.bind` does not) and that it
+    suits the history."""
     bound = dict(algorithm.hyperparameters)
-    owners |= {field: f"{algorithm.name}(...) {field}" for field in bound}
-    return owners
+    for field, value in bound.items():
+        if field in FIELD_RULES:
+            check_field(field, value, f"{algorithm.name}: {field}")
+    block_entries = bound.get("block_entries", 0)
+    if isinstance(history, LogHistory):
+        if algorithm.name != "incremental":
+            raise InputValueError(
+                "LogHistory (the history as a log) is supported by incremental() "
+                f"only, got {algorithm.name}(); use a RowHistory"
+            )
+        if block_entries and block_entries < 2 * max_budget:
+            raise InputValueError(
+                f"incremental(block_entries={block_entries}) is below "
+                f"2 * LogHistory.max_budget={2 * max_budget}: a step must fit the "
+                "new row and one earlier row, or the round robin could stall"
+            )
+    elif block_entries:
+        raise InputValueError(
+            "incremental(block_entries=...) bounds a step's entries of a "
+            "LogHistory; with a RowHistory leave block_entries=0"
+        )
 
 
 def compose_solver(
@@ -135,24 +204,19 @@ def compose_solver(
     """
     if algorithm is None:
         algorithm = incremental()
-    for name, value, kinds in (
-        ("model", model, (LowRankModel,)),
-        ("history", history, (RowHistory, LogHistory)),
-        ("algorithm", algorithm, (SolverAlgorithm,)),
-    ):
-        if not isinstance(value, kinds):
-            expected = " or ".join(kind.__name__ for kind in kinds)
-            raise InputTypeError(
-                f"compose_solver: {name} must be a {expected}, "
-                f"got {type(value).__name__}"
-            )
+    _check_types(model, history, algorithm)
+    # Every part is checked here, naming itself, before the flat config exists:
+    # online_solver's checks would name SolverConfig's fields instead.
+    _check_model(model)
+    max_budget = _check_history(history)
+    _check_algorithm(algorithm, history, max_budget)
+    check_policy_fits(
+        policy,
+        pool_size=history.pool_size,
+        max_budget=max_budget,
+        owner=type(history).__name__,
+    )
     uses_log = isinstance(history, LogHistory)
-    if dict(algorithm.hyperparameters).get("block_entries") and not uses_log:
-        raise InputValueError(
-            "incremental(block_entries=...) bounds a step's entries of a "
-            "LogHistory; with a RowHistory leave block_entries=0"
-        )
-    max_budget = history.pool_size if history.max_budget is None else history.max_budget
     config = SolverConfig(
         num_memories=model.num_memories,
         capacity=history.capacity,
@@ -163,16 +227,7 @@ def compose_solver(
         clip_completions=model.clip_completions,
         entry_capacity=history.entry_capacity if uses_log else 0,
     )
-    try:
-        return online_solver(config, policy, algorithm)
-    except ValueError as error:
-        owners = _owner_names(model, history, algorithm)
-        message = re.sub(
-            r"SolverConfig\.(\w+)",
-            lambda match: owners.get(match.group(1), match.group(0)),
-            str(error),
-        )
-        raise InputValueError(message) from None
+    return online_solver(config, policy, algorithm)
 
 
 __all__ = ["LogHistory", "LowRankModel", "RowHistory", "compose_solver"]

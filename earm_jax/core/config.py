@@ -226,43 +226,73 @@ class InputValueError(InputError, ValueError):
     in one pool, a non-finite similarity, an observed score outside [0, 1]."""
 
 
+def _is_positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _exceeds(value: Any, bound: float, inclusive: bool) -> bool:
+    try:
+        return bool(value >= bound) if inclusive else bool(value > bound)
+    except TypeError:  # None, a string: not a number at all
+        return False
+
+
+# What each checked SolverConfig field accepts, as (test, what the message says).
+# The composed parts (LowRankModel, RowHistory, the algorithm factories) hold
+# the same fields, so they share these rules and only name themselves.
+FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    **{
+        name: (_is_positive_int, "a positive int")
+        for name in ("num_memories", "capacity", "pool_size", "max_budget")
+    },
+    **{
+        name: (_is_count, "an int >= 0")
+        for name in (
+            "rank",
+            "num_sweeps",
+            "num_steps",
+            "refresh_rows",
+            "entry_capacity",
+            "block_entries",
+        )
+    },
+    "l2": (lambda value: _exceeds(value, 0, inclusive=False), "> 0"),
+    "tolerance": (lambda value: _exceeds(value, 0, inclusive=True), ">= 0"),
+    "learning_rate": (lambda value: _exceeds(value, 0, inclusive=False), "> 0"),
+    "solver": (lambda value: isinstance(value, str), "a registered solver name"),
+}
+
+
+def check_field(field: str, value: Any, label: str | None = None) -> None:
+    """Raises :class:`InputValueError` when ``value`` is not what the
+    :class:`SolverConfig` field ``field`` accepts.
+
+    Args:
+      field: a key of :data:`FIELD_RULES`.
+      value: the value to check.
+      label: how the message names the field (``"RowHistory.capacity"``);
+        ``None``: ``"SolverConfig.<field>"``.
+    """
+    accepts, requirement = FIELD_RULES[field]
+    if not accepts(value):
+        label = f"SolverConfig.{field}" if label is None else label
+        raise InputValueError(f"{label} must be {requirement}, got {value!r}")
+
+
 def validate_config(config: SolverConfig) -> None:
     """Raises :class:`InputValueError` naming the first bad field of ``config``."""
-    for name in ("num_memories", "capacity", "pool_size", "max_budget"):
-        value = getattr(config, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise InputValueError(
-                f"SolverConfig.{name} must be a positive int, got {value!r}"
-            )
-    if not isinstance(config.rank, int) or config.rank < 0:
-        raise InputValueError(
-            f"SolverConfig.rank must be an int >= 0, got {config.rank!r}"
-        )
+    for field in FIELD_RULES:
+        check_field(field, getattr(config, field))
     if config.max_budget > config.pool_size:
         raise InputValueError(
             f"SolverConfig.max_budget={config.max_budget} exceeds "
             f"pool_size={config.pool_size}: a row can never hold more anchors than "
             "the pool has candidates"
         )
-    if not config.l2 > 0:
-        raise InputValueError(f"SolverConfig.l2 must be > 0, got {config.l2!r}")
-    if not isinstance(config.solver, str):
-        raise InputValueError(
-            f"SolverConfig.solver must be a registered solver name, "
-            f"got {config.solver!r}"
-        )
-    for name in ("num_sweeps", "num_steps", "refresh_rows"):
-        value = getattr(config, name)
-        if not isinstance(value, int) or value < 0:
-            raise InputValueError(
-                f"SolverConfig.{name} must be an int >= 0, got {value!r}"
-            )
-    for name in ("entry_capacity", "block_entries"):
-        value = getattr(config, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise InputValueError(
-                f"SolverConfig.{name} must be an int >= 0, got {value!r}"
-            )
     if config.entry_capacity and config.solver != "incremental":
         raise InputValueError(
             f"SolverConfig.entry_capacity={config.entry_capacity} (the history as a "
@@ -285,39 +315,45 @@ def validate_config(config: SolverConfig) -> None:
             f"2 * max_budget={2 * config.max_budget}: a step must fit the new row "
             "and one earlier row, or the round robin could stall"
         )
-    if config.tolerance < 0:
-        raise InputValueError(
-            f"SolverConfig.tolerance must be >= 0, got {config.tolerance!r}"
-        )
-    if not config.learning_rate > 0:
-        raise InputValueError(
-            f"SolverConfig.learning_rate must be > 0, got {config.learning_rate!r}"
-        )
 
 
 def check_policy(config: SolverConfig, policy: Policy) -> None:
     """Raises :class:`InputValueError` when ``policy`` was built for another pool
     size or may pay more per query than the history stores,
     :class:`InputTypeError` when it or its parts are not what they must be."""
+    check_policy_fits(
+        policy,
+        pool_size=config.pool_size,
+        max_budget=config.max_budget,
+        owner="SolverConfig",
+    )
+
+
+def check_policy_fits(
+    policy: Policy, *, pool_size: int, max_budget: int, owner: str
+) -> None:
+    """:func:`check_policy` against a pool size and a row width given apart,
+    naming them as fields of ``owner`` (``"RowHistory"`` for a composed
+    solver, whose history holds them)."""
     if not isinstance(policy, Policy):
         raise InputTypeError(
             "policy must satisfy the earm_jax.Policy protocol (e.g. "
             "ej.paper_policy(), an ej.AnchorPolicy, best's adaptive_policy), got "
             f"{type(policy).__name__}"
         )
-    if policy.max_calls is not None and policy.max_calls > config.max_budget:
+    if policy.max_calls is not None and policy.max_calls > max_budget:
         raise InputValueError(
             f"the policy may pay {policy.max_calls} calls per query but "
-            f"SolverConfig.max_budget={config.max_budget}: paid answers would be "
+            f"{owner}.max_budget={max_budget}: paid answers would be "
             f"dropped from the history; use max_budget={policy.max_calls}"
         )
     if isinstance(policy, AnchorPolicy):
         check_anchor_parts(policy)
-    if policy.pool_size is not None and policy.pool_size != config.pool_size:
+    if policy.pool_size is not None and policy.pool_size != pool_size:
         raise InputValueError(
             f"Policy.pool_size={policy.pool_size} (its budget schedule is fractions "
-            f"of that pool) but SolverConfig.pool_size={config.pool_size}; build the "
-            f"policy with pool_size={config.pool_size}"
+            f"of that pool) but {owner}.pool_size={pool_size}; build the "
+            f"policy with pool_size={pool_size}"
         )
 
 
@@ -532,6 +568,7 @@ def _check_fields(value: Any, expected: dict, name: str, kind: type) -> None:
 
 
 __all__ = [
+    "FIELD_RULES",
     "InputError",
     "InputTypeError",
     "InputValueError",
@@ -539,10 +576,12 @@ __all__ = [
     "Parameters",
     "SolverConfig",
     "SolverState",
+    "check_field",
     "check_key",
     "check_observation",
     "check_observation_values",
     "check_policy",
+    "check_policy_fits",
     "check_query",
     "check_query_values",
     "check_state",
