@@ -60,9 +60,8 @@ def main() -> None:
         ranks=(args.rank,),
         conversations=tuple(c for c in args.conversations.split(",") if c),
         limit=args.limit,
-        preset="best",
-        call_budget=args.call_budget,
-        budget_scale="auto",
+        earm=EarmSettings(preset="best", call_budget=args.call_budget),
+        auto_budget_scale=True,
         side_information=True,
         num_resamples=1000,
     )

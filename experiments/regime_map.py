@@ -40,6 +40,7 @@ from earm_jax.eval.regime import map_cell, point_job_fields  # noqa: E402
 from earm_jax.jobs.locomo import LocomoJob, run_locomo_job  # noqa: E402
 from earm_jax.jobs.metadata import provenance, write_json  # noqa: E402
 from earm_jax.scoring.recorded_answers import RecordedAnswers  # noqa: E402
+from earm_jax.settings import EarmSettings  # noqa: E402
 
 
 def main() -> None:
@@ -103,9 +104,8 @@ def _replayed(
         ks=(10,),
         conversations=conversations,
         limit=args.limit,
-        preset="best",
-        call_budget=cap,
-        budget_scale="auto",
+        earm=EarmSettings(preset="best", call_budget=cap),
+        auto_budget_scale=True,
         side_information=True,
         num_resamples=args.resamples,
         **point_job_fields(point, args.scores),

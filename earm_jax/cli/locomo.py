@@ -256,8 +256,10 @@ def locomo(
 ) -> None:
     """Run the paper's seven policies (--preset best adds best) per LoCoMo
     conversation and report them with CIs."""
+    from earm_jax.eval.budget_match import AUTO
     from earm_jax.jobs.locomo import LocomoJob
     from earm_jax.jobs.progress import Progress
+    from earm_jax.settings import EarmSettings
 
     console = output.console()
     data = resolve_data(data)
@@ -305,6 +307,18 @@ def locomo(
             "drop --scorer-backend, or score with --scorer cross-encoder",
         )
     _load_check(data, comma_names(conversations), limit)
+    scale = _budget_scale(budget_scale)
+    with user_errors("fix the option named above (see `earm locomo --help`)"):
+        earm = EarmSettings(
+            solver=solver,
+            num_sweeps=num_sweeps,
+            high_fraction=high_fraction,
+            preset=preset,
+            call_budget=call_budget,
+            call_order=call_order,
+            # auto: the job finds the scale on the conversations.
+            budget_scale=1.0 if scale == AUTO else scale,
+        )
     job = LocomoJob(
         data=str(data),
         settings=settings,
@@ -315,9 +329,7 @@ def locomo(
         ks=_ints(top_k, "--top-k"),
         ranks=_ints(rank, "--rank"),
         seeds=_ints(seeds, "--seeds"),
-        solver=solver,
-        num_sweeps=num_sweeps,
-        high_fraction=high_fraction,
+        earm=earm,
         pool_size=pool_size,
         model=str(model) if model else None,
         cache_dir=str(cache_dir) if cache_dir else None,
@@ -338,10 +350,7 @@ def locomo(
         conversations=comma_names(conversations),
         limit=limit,
         graded=graded,
-        preset=preset,
-        call_budget=call_budget,
-        call_order=call_order,
-        budget_scale=_budget_scale(budget_scale),
+        auto_budget_scale=scale == AUTO,
         scores=comma_names(scores),
         blend_weight=blend_weight,
         mix=mix,
@@ -376,7 +385,7 @@ def locomo(
             full_calls = run["results"]["full"]["calls"]
             notes.append(
                 f"best: {best['calls']} calls ({best['calls'] / full_calls:.1%} of "
-                f"Full, cap {job.call_budget:.0%}), rounds per query mean "
+                f"Full, cap {job.earm.call_budget:.0%}), rounds per query mean "
                 f"{best['rounds']['mean']:.2f}, p95 {best['rounds']['p95']:.0f}"
             )
         tie = first_stage_only and output.tie_note(

@@ -58,7 +58,15 @@ answers (``earm record-scores`` writes them; nothing is scored)."""
 
 @dataclasses.dataclass(frozen=True)
 class LocomoJob:
-    """Everything ``earm locomo`` runs (recorded as the JSON's ``config``)."""
+    """Everything ``earm locomo`` runs (recorded as the JSON's ``config``).
+
+    ``earm`` is the EARM run on each grid point (solver and policy), except
+    its ``rank``: the grid ``ranks`` sets it, so ``earm.rank`` must stay at
+    its default. ``auto_budget_scale`` finds ``earm.budget_scale`` on the
+    conversations (``--budget-scale auto``): the scale at which the anchored
+    policies pay ``earm.call_budget`` of Full's calls; ``earm.budget_scale``
+    is then not read.
+    """
 
     data: str
     settings: tuple[str, ...] = ("turns",)
@@ -69,9 +77,7 @@ class LocomoJob:
     ks: tuple[int, ...] = (10, 20)
     ranks: tuple[int, ...] = (8,)
     seeds: tuple[int, ...] = (0,)
-    solver: str = EarmSettings.solver
-    num_sweeps: int = EarmSettings.num_sweeps
-    high_fraction: float = 0.1
+    earm: EarmSettings = EarmSettings()
     pool_size: int = 200
     model: str | None = None
     cache_dir: str | None = None
@@ -92,16 +98,34 @@ class LocomoJob:
     conversations: tuple[str, ...] = ()
     limit: int = 0
     graded: float = 0.0
-    preset: str = "paper"
-    call_budget: float = 0.25
-    call_order: str = EarmSettings.call_order
-    budget_scale: float | str = 1.0
+    # Not a field of EarmSettings: "auto" is resolved by this job on its
+    # conversations (as `earm simulate` resolves it on its streams); what
+    # EarmSettings holds is the number it finds.
+    auto_budget_scale: bool = False
     scores: tuple[str, ...] = ()
     blend_weight: float = 1.0
     mix: str = ""
     expand: int = 0
     expand_min_score: float = 0.0
     side_information: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The job as the JSON's ``config``: one flat record, ``earm``'s fields
+        beside the job's own, as every committed result records it.
+
+        ``budget_scale`` is ``"auto"`` when the job finds it, and ``rank`` is
+        left out (the grid ``ranks`` is recorded).
+        """
+        own = {
+            field.name: getattr(self, field.name)
+            for field in dataclasses.fields(self)
+            if field.name not in ("earm", "auto_budget_scale")
+        }
+        earm = dataclasses.asdict(self.earm)
+        del earm["rank"]
+        if self.auto_budget_scale:
+            earm["budget_scale"] = AUTO
+        return {**own, **earm}
 
     def validate(self) -> None:
         """Raises ``ValueError`` naming the first bad field."""
@@ -128,12 +152,15 @@ class LocomoJob:
         Mix.parse(self.mix)
         if self.mix and self.scorer != "recorded":
             raise ValueError("mix moves recorded answers: it needs scorer 'recorded'")
-        if isinstance(self.budget_scale, str):
-            if self.budget_scale != AUTO:
-                raise ValueError(
-                    f"budget_scale must be a number >= 0 or {AUTO!r}, got "
-                    f"{self.budget_scale!r}"
-                )
+        if not isinstance(self.earm, EarmSettings):
+            raise ValueError(
+                f"earm must be an EarmSettings, got {type(self.earm).__name__}"
+            )
+        if self.earm.rank != EarmSettings.rank:
+            raise ValueError(
+                f"LocomoJob.earm.rank={self.earm.rank} is not read: the job runs "
+                f"each rank of its grid; pass ranks=({self.earm.rank},)"
+            )
         if not self.settings:
             raise ValueError("settings must name turns and/or observations")
         if not self.ks or any(k < 1 for k in self.ks):
@@ -158,20 +185,17 @@ class LocomoJob:
     def run_settings(
         self, rank: int, budget_scale: float | None = None
     ) -> LocomoRunSettings:
-        """The run's settings; ``budget_scale`` replaces an ``"auto"`` one
-        (resolved on the streams by :func:`matched_scale`)."""
+        """The run's settings at ``rank``; ``budget_scale`` replaces
+        ``earm.budget_scale`` (the one :func:`matched_scale` finds)."""
         if budget_scale is None:
-            budget_scale = 1.0 if self.budget_scale == AUTO else self.budget_scale
+            budget_scale = 1.0 if self.auto_budget_scale else self.earm.budget_scale
         return LocomoRunSettings(
-            rank=rank,
-            solver=self.solver,
-            num_sweeps=self.num_sweeps,
-            high_fraction=self.high_fraction,
+            **{
+                **self.earm.earm_fields(),
+                "rank": rank,
+                "budget_scale": float(budget_scale),
+            },
             ks=self.ks,
-            preset=self.preset,
-            call_budget=self.call_budget,
-            call_order=self.call_order,
-            budget_scale=float(budget_scale),
             expand=self.expand,
             expand_min_score=self.expand_min_score,
             side_information=self.side_information,
@@ -326,7 +350,7 @@ def _run_grid(
     )
     points = len(job.settings) * len(noises) * len(job.ranks) * len(job.seeds)
     progress.note(
-        f"running {points} grid point(s) x the policies of preset {job.preset} "
+        f"running {points} grid point(s) x the policies of preset {job.earm.preset} "
         f"on {len(conversations)} conversation(s); the first point compiles "
         "(~30-60 s on 2 CPU cores)"
     )
@@ -335,7 +359,7 @@ def _run_grid(
         for noise in noises:
             for rank in job.ranks:
                 run_settings = job.run_settings(rank)
-                if job.budget_scale == AUTO:
+                if job.auto_budget_scale:
                     if setting not in matched:
                         matched[setting] = matched_scale(
                             build_streams(
@@ -350,7 +374,7 @@ def _run_grid(
                         progress.note(
                             f"  budget scale {matched[setting].scale:.4f} puts the "
                             f"anchored policies at {matched[setting].share:.1%} of "
-                            f"Full's calls ({setting}, cap {job.call_budget:.0%})"
+                            f"Full's calls ({setting}, cap {job.earm.call_budget:.0%})"
                         )
                     run_settings = job.run_settings(rank, matched[setting].scale)
                 per_seed = []
@@ -414,7 +438,7 @@ def _run_grid(
                     step(f"{setting} noise={noise} rank={rank} seed={seed}")
                     progress.step(
                         f"{setting}, noise {noise}, rank {rank}, seed {seed}: "
-                        f"{len(streams)} conversations, preset {job.preset}"
+                        f"{len(streams)} conversations, preset {job.earm.preset}"
                     )
                     if job.answer and answers is None:
                         answers = answer_accuracy(job, streams, run_settings, seed)
@@ -448,7 +472,7 @@ def _run_grid(
             url=job.base_url, model=job.scorer_model, mode=job.scorer_mode
         )
     payload: dict[str, Any] = {
-        "config": dataclasses.asdict(job),
+        "config": job.to_json(),
         "seeds": list(job.seeds),
         **provenance(),
         "scorer_note": note,
