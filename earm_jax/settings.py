@@ -24,7 +24,8 @@ from earm_jax.core.config import SolverConfig
 from earm_jax.core.solvers import SOLVERS
 from earm_jax.policies import paper_policy, scaled_schedule, stage_schedule
 from earm_jax.policies.adaptive import AdaptiveConfig
-from earm_jax.policies.adaptive.config import CALL_ORDERS
+from earm_jax.policies.adaptive.config import CALL_ORDERS, STOP_RULES
+from earm_jax.policies.adaptive.embedding_calls import EMBEDDING_ORDERS
 from earm_jax.policies.budget import PAPER_STAGE_RATIOS
 from earm_jax.types import ArrayLike
 
@@ -59,7 +60,12 @@ class EarmSettings:
       call_order: which candidates ``best``'s later rounds pay for:
         ``"similarity"`` (the most similar unscored) or ``"learned"`` (the
         highest in its learned order of the unscored; see
-        :data:`~earm_jax.policies.adaptive.config.CALL_ORDERS`).
+        :data:`~earm_jax.policies.adaptive.config.CALL_ORDERS`; the
+        ``"embedding"`` orders take over after two rounds by similarity).
+      stop_rule: ``best``'s stop rule, one of
+        :data:`~earm_jax.policies.adaptive.config.STOP_RULES`: ``"spend"``
+        spends every query's allowance instead of moving calls from queries
+        it judges settled.
     """
 
     rank: int = _SOLVER_DEFAULTS["rank"]
@@ -74,6 +80,7 @@ class EarmSettings:
     preset: str = "paper"
     call_budget: float = 0.25
     call_order: str = "similarity"
+    stop_rule: str = "settle_or_spill"
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -107,6 +114,10 @@ class EarmSettings:
             raise ValueError(
                 f"{name}.call_order must be one of {CALL_ORDERS}, got "
                 f"{self.call_order!r}"
+            )
+        if self.stop_rule not in STOP_RULES:
+            raise ValueError(
+                f"{name}.stop_rule must be one of {STOP_RULES}, got {self.stop_rule!r}"
             )
         if self.budget_scale < 0:
             raise ValueError(
@@ -173,10 +184,15 @@ class EarmSettings:
         """
         if self.preset != "best":
             return None
+        # The embedding orders read the texts after the top of the pool is
+        # paid by similarity (5 + 15 candidates; docs/design-notes.md).
+        reads_texts = self.call_order in EMBEDDING_ORDERS
         return AdaptiveConfig(
             pool_size=pool_size,
             call_budget=self.call_budget,
             call_order=self.call_order,
+            stop_rule=self.stop_rule,
+            similarity_rounds=2 if reads_texts else 1,
         )
 
 

@@ -33,6 +33,7 @@ from earm_jax.cli.options import (
     ScorerDtype,
     ScorerMode,
     Solver,
+    StopRule,
     comma_names,
 )
 from earm_jax.cli.options import (
@@ -219,6 +220,7 @@ def locomo(
     preset: Preset = "paper",
     call_budget: CallBudget = 0.25,
     call_order: CallOrder = DEFAULTS.call_order,
+    stop_rule: StopRule = DEFAULTS.stop_rule,
     budget_scale: Annotated[
         str,
         typer.Option(
@@ -316,6 +318,7 @@ def locomo(
             preset=preset,
             call_budget=call_budget,
             call_order=call_order,
+            stop_rule=stop_rule,
             # auto: the job finds the scale on the conversations.
             budget_scale=1.0 if scale == AUTO else scale,
         )

@@ -38,7 +38,18 @@ CallOrder = Annotated[
     str,
     typer.Option(
         help="best: which candidates its later rounds pay for: similarity (the "
-        "most similar unscored) or learned (the highest in its learned order)."
+        "most similar unscored), learned (the highest in its learned order), "
+        "embedding (the highest posterior mean of a regression of the answers on "
+        "the texts' embeddings) or embedding_gain (the highest expected gain "
+        "over the current top K)."
+    ),
+]
+
+StopRule = Annotated[
+    str,
+    typer.Option(
+        help="best: settle_or_spill (a query judged settled stops and its calls "
+        "go to later queries) or spend (every query spends its allowance)."
     ),
 ]
 
@@ -169,6 +180,7 @@ __all__ = [
     "CacheDir",
     "CallBudget",
     "CallOrder",
+    "StopRule",
     "Conversations",
     "Expand",
     "ExpandMinScore",

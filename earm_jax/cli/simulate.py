@@ -27,6 +27,7 @@ from earm_jax.cli.options import (
     Quiet,
     Resamples,
     Solver,
+    StopRule,
 )
 from earm_jax.eval.budget_match import AUTO
 from earm_jax.eval.simulate import SimKnobs
@@ -96,6 +97,7 @@ def simulate(
     preset: Preset = DEFAULTS.preset,
     call_budget: CallBudget = DEFAULTS.call_budget,
     call_order: CallOrder = DEFAULTS.call_order,
+    stop_rule: StopRule = DEFAULTS.stop_rule,
     expand: Expand = _SIMULATION.expand,
     expand_min_score: ExpandMinScore = _SIMULATION.expand_min_score,
     side_information: Annotated[
@@ -163,6 +165,7 @@ def simulate(
                 preset=preset,
                 call_budget=call_budget,
                 call_order=call_order,
+                stop_rule=stop_rule,
                 expand=expand,
                 expand_min_score=expand_min_score,
                 side_information=side_information,

@@ -48,6 +48,7 @@ from earm_jax.core.run import run
 from earm_jax.core.side_information import SideInformation
 from earm_jax.eval.metrics import ranking_metrics, ranking_positions
 from earm_jax.policies.adaptive import AdaptiveConfig, adaptive_policy, run_adaptive
+from earm_jax.policies.adaptive.embedding_calls import EMBEDDING_ORDERS
 from earm_jax.policies.adaptive_history import run_adaptive_with_history
 from earm_jax.policies.anchors import top_similarity_anchors
 from earm_jax.policies.learned_calls import learned_calls, run_learned_calls
@@ -198,8 +199,25 @@ def compare_policies(
     observed_scores = jnp.where(anchors, answers, -jnp.inf)
     extra = {}
     if adaptive is not None:
+        reads_texts = adaptive.call_order in EMBEDDING_ORDERS
+        if reads_texts and (
+            stream.query_embeddings is None or stream.memory_embeddings is None
+        ):
+            raise ValueError(
+                f"call_order {adaptive.call_order!r} needs stream.query_embeddings "
+                "and stream.memory_embeddings"
+            )
+        if reads_texts and adaptive.embedding_dim == 0:
+            adaptive = adaptive._replace(
+                embedding_dim=int(jnp.shape(stream.query_embeddings)[-1])
+            )
+        texts = (
+            (stream.query_embeddings, stream.memory_embeddings)
+            if reads_texts
+            else (None, None)
+        )
         best_policy = adaptive_policy(adaptive)
-        if adaptive.unscored_order == "learned":
+        if adaptive.unscored_order == "learned" or reads_texts:
             # The experience matrix beside the policy: the same solver settings
             # as Mixed, with rows wide enough for what one query may pay.
             history_solver = online_solver(
@@ -214,6 +232,8 @@ def compare_policies(
                 answers,
                 stream.insert_time,
                 usable,
+                None,
+                *texts,
             )
         else:
             _, best = run_adaptive(best_policy, stream.queries, answers, usable)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from earm_jax.base import Query
+from earm_jax.base import Query, SideInputs
 from earm_jax.core.config import OnlineSolver, SolverState
 from earm_jax.core.online import online_solver
 from earm_jax.core.rounds import play_rounds
@@ -63,6 +63,8 @@ def run_adaptive_with_history(
     insert_time: ArrayLike,
     usable: ArrayLike | None = None,
     call_budget: ArrayLike | None = None,
+    query_embeddings: ArrayLike | None = None,
+    memory_embeddings: ArrayLike | None = None,
 ) -> tuple[tuple[Ledger, SolverState], AdaptiveInfo]:
     """The adaptive policy and the solver over one stream (``lax.scan``;
     jit-able): :func:`~earm_jax.run` of ``online_solver(solver.config,
@@ -78,6 +80,9 @@ def run_adaptive_with_history(
       insert_time: ``int32[M]`` when each memory appears.
       usable: ``bool[T, N]`` optional further restriction.
       call_budget: overrides ``policy.config.call_budget`` (may be traced).
+      query_embeddings: ``float32[T, D]`` unit rows, with ``memory_embeddings``
+        ``float32[M, D]``: the :class:`~earm_jax.base.SideInputs` of each query
+        (the embedding call orders read them).
 
     Returns:
       ``((final ledger, final solver state), AdaptiveInfo with a leading T axis)``.
@@ -89,10 +94,19 @@ def run_adaptive_with_history(
     state = solver.init(key, insert_time)
     state = state._replace(policy_state=policy.init(key, call_budget))
 
+    if (query_embeddings is None) != (memory_embeddings is None):
+        raise ValueError("pass query_embeddings and memory_embeddings together")
+    if query_embeddings is not None:
+        query_embeddings = jnp.asarray(query_embeddings, jnp.float32)
+        memory_embeddings = jnp.asarray(memory_embeddings, jnp.float32)
+
     def one_query(state, inputs):
-        query, row = inputs
+        query, row, embedding = inputs
+        side = None
+        if embedding is not None:
+            side = SideInputs(embedding, memory_embeddings[query.candidates])
         progress = play_rounds(
-            policy, state.policy_state, solver.begin(key, state, query), row
+            policy, state.policy_state, solver.begin(key, state, query, side), row
         )
         # The policy's own info beside the solver's; XLA computes the shared
         # finish once.
@@ -100,5 +114,5 @@ def run_adaptive_with_history(
         state, _ = solver.finish(state, query, progress, row)
         return state, info
 
-    state, info = jax.lax.scan(one_query, state, (queries, scores))
+    state, info = jax.lax.scan(one_query, state, (queries, scores, query_embeddings))
     return (state.policy_state, state), info

@@ -42,7 +42,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from earm_jax.base import Observation, Query
+from earm_jax.base import Observation, Query, SideInputs
 from earm_jax.core.model import mixed_scores
 from earm_jax.core.side_information import SideInformation, SideInformationState
 from earm_jax.policies.adaptive import (
@@ -203,7 +203,8 @@ def run_best_side(
         prior, _ = model.predict(
             state, query, embedding, memory_embeddings, Observation(row, nothing_paid)
         )
-        ledger, info = adaptive_query(policy, ledger, query, row, use, prior)
+        side = SideInputs(embedding, memory_embeddings[query.candidates])
+        ledger, info = adaptive_query(policy, ledger, query, row, use, prior, side)
         state = model.update(
             state,
             query,

@@ -11,6 +11,7 @@ import numpy as np
 
 from earm_jax.base import AnchorPolicy
 from earm_jax.policies import top_similarity_policy
+from earm_jax.policies.adaptive.embedding_calls import EMBEDDING_ORDERS
 from earm_jax.policies.budget import constant_budget
 from earm_jax.scoring.base import ScorerIdentity
 from earm_jax.settings import PRESETS, EarmSettings
@@ -178,6 +179,13 @@ class RetrieverConfig(EarmSettings):
             raise ValueError(
                 f"RetrieverConfig.query_retention must be one of {QUERY_RETENTIONS}, "
                 f"got {self.query_retention!r}"
+            )
+        if self.call_order in EMBEDDING_ORDERS:
+            raise ValueError(
+                f"RetrieverConfig.call_order={self.call_order!r} is not served by "
+                "the retriever yet (its rounds would have to wait for the "
+                "regression of the queries ahead of them): preset='learned_calls' "
+                "pays where the same regression points"
             )
         if self.preset == "learned_calls" and self.query_retention == "none":
             raise ValueError(

@@ -106,6 +106,9 @@ class Recovery:
             if isinstance(stored, dict) and "call_order" not in stored:
                 # Folders made before the option paid by similarity.
                 stored = {**stored, "call_order": "similarity"}
+            if isinstance(stored, dict) and "stop_rule" not in stored:
+                # Folders made before the option settled queries.
+                stored = {**stored, "stop_rule": "settle_or_spill"}
             try:
                 base = RetrieverConfig(**stored)
             except (TypeError, ValueError) as error:

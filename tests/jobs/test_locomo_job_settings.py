@@ -79,3 +79,15 @@ def test_a_rank_in_the_settings_is_refused_naming_the_grid():
     job = LocomoJob(data="data", earm=EarmSettings(rank=2))
     with pytest.raises(ValueError, match=r"earm\.rank=2 is not read.*ranks=\(2,\)"):
         job.validate()
+
+
+def test_the_embedding_call_order_and_the_stop_rule_reach_best():
+    earm = EarmSettings(preset="best", call_order="embedding", stop_rule="spend")
+    config = LocomoJob(data="data", ranks=(2,), earm=earm).run_settings(2)
+    adaptive = config.adaptive_config(200)
+    assert (adaptive.call_order, adaptive.stop_rule) == ("embedding", "spend")
+    # The texts take over after the top of the pool is paid by similarity.
+    assert adaptive.similarity_rounds == 2
+    assert EarmSettings(preset="best").adaptive_config(200).similarity_rounds == 1
+    with pytest.raises(ValueError, match="EarmSettings.stop_rule"):
+        EarmSettings(stop_rule="settle")

@@ -80,6 +80,7 @@ def test_new_folders_take_best_and_old_folders_keep_their_preset(tmp_path):
     )
     del stored["preset"]
     del stored["call_order"]  # nor a call order: by similarity
+    del stored["stop_rule"]  # nor a stop rule: settle or spill
     text = json.dumps(stored)
     db.execute(
         "UPDATE meta SET value=?, checksum=? WHERE key='config'",
@@ -90,6 +91,7 @@ def test_new_folders_take_best_and_old_folders_keep_their_preset(tmp_path):
     with OnlineRetriever(tmp_path, KeywordScorer(), HashEmbedder(), None) as again:
         assert again.config.preset == "paper" and again.ledger is None
         assert again.config.call_order == "similarity"
+        assert again.config.stop_rule == "settle_or_spill"
     # Reopened with the settings it was made with (call_order included).
     with OnlineRetriever(tmp_path, KeywordScorer(), HashEmbedder(), paper) as again:
         assert again.config.call_order == "similarity"
@@ -134,3 +136,8 @@ def test_rerank_records_new_text_as_an_edit_and_new_metadata(tmp_path):
         assert agent._row_of["m2"] == 1
     with OnlineRetriever(tmp_path, KeywordScorer(), HashEmbedder(), None) as again:
         assert [m.metadata for m in again.get(["m1", "m2"])] == [{"v": 3}, {"v": 2}]
+
+
+def test_the_embedding_call_orders_are_refused_by_the_retriever():
+    with pytest.raises(ValueError, match="preset='learned_calls'"):
+        RetrieverConfig(preset="best", call_order="embedding")

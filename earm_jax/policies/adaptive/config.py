@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-STOP_RULES = ("settle_or_spill",)
-"""Stopping rules by name (the default). The rules measured and rejected are
-:class:`~earm_jax.policies.adaptive.stop_rules.StopRule` values in
+STOP_RULES = ("settle_or_spill", "spend")
+"""Stopping rules by name (the first is the default; ``"spend"`` spends each
+query's allowance, moving no calls between queries). The rules measured and
+rejected are :class:`~earm_jax.policies.adaptive.stop_rules.StopRule` values in
 :mod:`earm_jax.contrib.stop_rules`, passed as ``stop_rule`` itself."""
 
 UNSCORED_ORDERS = ("learned", "similarity")
@@ -15,12 +16,16 @@ default: ``"learned"`` by a relevance model fitted online on the scored ones
 (similarity and the memory's bias in the experience matrix),
 ``"similarity"`` by similarity alone."""
 
-CALL_ORDERS = ("similarity", "learned")
+CALL_ORDERS = ("similarity", "learned", "embedding", "embedding_gain")
 """Which unscored candidates a round pays for; the first is the default:
-``"similarity"`` the most similar, ``"learned"`` (after the first round) the
+``"similarity"`` the most similar; after the first round, ``"learned"`` the
 highest in the learned order of the unscored candidates (similarity and the
-memory-bias feature, weighted by what earlier queries' answers taught), so
-calls can reach deep in the pool where the learned order points."""
+memory-bias feature, weighted by what earlier queries' answers taught), and
+``"embedding"`` / ``"embedding_gain"`` the highest posterior mean / expected
+gain over the current top ``K`` of a Bayesian ridge regression of the answers
+on the question's and memory's embeddings
+(:mod:`~earm_jax.policies.adaptive.embedding_calls`; they need
+``embedding_dim`` and the query's :class:`~earm_jax.base.SideInputs`)."""
 
 ORDER_FEATURES = 3
 """Features of the learned order: 1, standardised similarity, standardised
@@ -64,6 +69,16 @@ class AdaptiveConfig(NamedTuple):
         applies to the ``answers_first``, ``confident_no`` and ``evidence`` merges.
       order_ridge: ridge penalty of the learned order's regression.
       call_order: one of :data:`CALL_ORDERS` (the first is the default).
+      embedding_dim: ``D``, the width of the texts' unit embeddings the
+        ``"embedding"`` call orders read (0: they are not used).
+      embedding_ridge: the prior precision :math:`\lambda` of their regression.
+      embedding_prior_cosine: the prior mean of their weight on the cosine (0
+        on every other feature): with no answers yet they pay down the
+        similarity order.
+      top_k: the ``K`` whose top the ``"embedding_gain"`` order tries to lift.
+      similarity_rounds: rounds paid down the similarity order before a
+        ``"learned"`` or ``"embedding"`` call order takes over (the top of the
+        pool is where similarity is right).
     """
 
     pool_size: int
@@ -82,6 +97,11 @@ class AdaptiveConfig(NamedTuple):
     unscored_order: str = "learned"
     order_ridge: float = 1.0
     call_order: str = "similarity"
+    embedding_dim: int = 0
+    embedding_ridge: float = 10.0
+    embedding_prior_cosine: float = 1.0
+    top_k: int = 10
+    similarity_rounds: int = 1
 
     @property
     def num_rounds(self) -> int:
@@ -95,6 +115,12 @@ class AdaptiveConfig(NamedTuple):
     @property
     def carry_cap(self) -> int:
         return self.max_carry or 2 * self.pool_size
+
+    @property
+    def embedding_features(self) -> int:
+        """``F = D + 2`` when the call order reads the texts, else 0."""
+        reads = self.call_order in CALL_ORDERS[2:]
+        return self.embedding_dim + 2 if reads else 0
 
 
 def validate_adaptive_config(config: AdaptiveConfig) -> None:
@@ -145,6 +171,27 @@ def validate_adaptive_config(config: AdaptiveConfig) -> None:
         raise ValueError(
             f"call_order must be one of {CALL_ORDERS}, got {config.call_order!r}"
         )
+    if (
+        isinstance(config.embedding_dim, bool)
+        or not isinstance(config.embedding_dim, int)
+        or config.embedding_dim < 0
+    ):
+        raise ValueError(
+            f"embedding_dim must be an int >= 0, got {config.embedding_dim!r}"
+        )
+    if config.call_order in CALL_ORDERS[2:] and config.embedding_dim < 1:
+        raise ValueError(
+            f"call_order {config.call_order!r} reads the texts' embeddings: set "
+            "embedding_dim to their width (e.g. 384 for MiniLM)"
+        )
+    if not config.embedding_ridge > 0:
+        raise ValueError(f"embedding_ridge must be > 0, got {config.embedding_ridge!r}")
+    if not isinstance(config.similarity_rounds, int) or config.similarity_rounds < 0:
+        raise ValueError(
+            f"similarity_rounds must be an int >= 0, got {config.similarity_rounds!r}"
+        )
+    if not isinstance(config.top_k, int) or config.top_k < 1:
+        raise ValueError(f"top_k must be a positive int, got {config.top_k!r}")
     if not config.order_ridge > 0:
         raise ValueError(f"order_ridge must be > 0, got {config.order_ridge!r}")
 

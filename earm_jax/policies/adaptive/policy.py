@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 
-from earm_jax.base import Observation, Query, QueryContext
+from earm_jax.base import Observation, Query, QueryContext, SideInputs
+from earm_jax.core.config import InputValueError
 from earm_jax.core.rounds import pay_rounds, traced_rounds
 from earm_jax.policies.adaptive.answer_model import answer_model
 from earm_jax.policies.adaptive.config import (
@@ -20,6 +21,7 @@ from earm_jax.policies.adaptive.config import (
     AdaptiveConfig,
     validate_adaptive_config,
 )
+from earm_jax.policies.adaptive.embedding_calls import EMBEDDING_ORDERS
 from earm_jax.policies.adaptive.merges import MERGE_FUNCTIONS
 from earm_jax.policies.adaptive.order import order_features
 from earm_jax.policies.adaptive.state import (
@@ -32,6 +34,7 @@ from earm_jax.policies.adaptive.state import (
     similarity_ranks,
 )
 from earm_jax.policies.adaptive.stop_rules import round_selector, stop_rule
+from earm_jax.policies.learned_calls import call_features
 from earm_jax.types import Array, ArrayLike, PRNGKey
 
 
@@ -64,6 +67,7 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
     ) -> RoundState:
         del key  # the rounds are deterministic given the answers
         usable = jnp.asarray(context.usable, bool)
+        phi = _embedding_features(config, query, usable, context)
         num_usable = jnp.sum(usable)
         allowance = jnp.floor(
             ledger.call_budget * UNITS * num_usable.astype(jnp.float32)
@@ -83,6 +87,7 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
             calls=jnp.zeros((), jnp.int32),
             allowance=allowance,
             features=order_features(query.similarity, usable, context.memory_bias),
+            phi=phi,
         )
 
     def observe(
@@ -135,13 +140,46 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
     return AdaptivePolicy(init, begin, select_round, observe, finish, config)
 
 
-def policy_context(query: Query, usable: ArrayLike | None = None, memory_bias=None):
+def _embedding_features(
+    config: AdaptiveConfig, query: Query, usable: Array, context: QueryContext
+) -> Array:
+    """``float32[N, F]``: what the embedding call orders read (``F = 0`` for
+    the other orders)."""
+    if config.call_order not in EMBEDDING_ORDERS:
+        return jnp.zeros((config.pool_size, 0), jnp.float32)
+    if context.side is None:
+        raise InputValueError(
+            f"call_order {config.call_order!r} reads the query's and the "
+            "memories' embeddings: pass side=SideInputs(...) (a Stream with "
+            "query_embeddings and memory_embeddings does it in run / run_batch)"
+        )
+    width = jnp.shape(context.side.query_embedding)[-1]
+    if width != config.embedding_dim:
+        raise InputValueError(
+            f"the query embedding is {width} wide but the policy's embedding_dim "
+            f"is {config.embedding_dim}"
+        )
+    similarity = jnp.where(usable, jnp.asarray(query.similarity, jnp.float32), 0.0)
+    return call_features(
+        similarity,
+        usable,
+        context.side.query_embedding,
+        context.side.candidate_embeddings,
+    )
+
+
+def policy_context(
+    query: Query,
+    usable: ArrayLike | None = None,
+    memory_bias=None,
+    side: SideInputs | None = None,
+):
     """The :class:`~earm_jax.base.QueryContext` of a policy run alone (no
     experience matrix beside it): ``usable`` defaults to ``query.valid``."""
     usable = jnp.asarray(query.valid if usable is None else usable, bool)
     count = jnp.zeros((), jnp.int32)
     room = jnp.asarray(usable.shape[-1], jnp.int32)
-    return QueryContext(usable, count, room, memory_bias)
+    return QueryContext(usable, count, room, memory_bias, side)
 
 
 def adaptive_query(
@@ -151,10 +189,12 @@ def adaptive_query(
     answers: ArrayLike,
     usable: ArrayLike | None = None,
     memory_bias: ArrayLike | None = None,
+    side: SideInputs | None = None,
 ) -> tuple[Ledger, AdaptiveInfo]:
     """One query's rounds with the answers known up front (jit-able): the
-    policy alone, or beside a model that supplies ``memory_bias``."""
-    context = policy_context(query, usable, memory_bias)
+    policy alone, or beside a model that supplies ``memory_bias``; ``side``
+    are the texts' embeddings the embedding call orders read."""
+    context = policy_context(query, usable, memory_bias, side)
     return traced_rounds(policy, None, ledger, query, context, answers)
 
 

@@ -9,6 +9,11 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 
 from earm_jax.policies.adaptive.config import ORDER_FEATURES, UNITS, AdaptiveConfig
+from earm_jax.policies.adaptive.embedding_calls import (
+    EmbeddingFit,
+    add_answers,
+    empty_fit,
+)
 from earm_jax.types import Array, ArrayLike
 
 
@@ -39,6 +44,10 @@ class Ledger(NamedTuple):
       stop_state: what the stop rule carries from query to query
         (:class:`~earm_jax.policies.adaptive.stop_rules.StopRule`); ``()``
         for the default rule, which carries nothing.
+      embedding_fit: the ``"embedding"`` call orders' regression over every
+        answer paid so far
+        (:class:`~earm_jax.policies.adaptive.embedding_calls.EmbeddingFit`,
+        0 features wide when the call order does not read the texts).
     """
 
     balance: Array
@@ -57,6 +66,7 @@ class Ledger(NamedTuple):
     order_gram: Array
     order_rhs: Array
     stop_state: Any
+    embedding_fit: EmbeddingFit
 
 
 class RoundState(NamedTuple):
@@ -75,6 +85,8 @@ class RoundState(NamedTuple):
       allowance: ``int32[]`` this query's accrual, in ledger units.
       features: ``float32[N, 3]`` the learned order's features (1, standardised
         similarity, standardised memory bias; 0 where not usable).
+      phi: ``float32[N, F]`` the embedding call orders' features (``F = 0``
+        when the call order does not read the texts).
     """
 
     usable: Array
@@ -88,6 +100,7 @@ class RoundState(NamedTuple):
     calls: Array
     allowance: Array
     features: Array
+    phi: Array
 
 
 class AdaptiveInfo(NamedTuple):
@@ -186,6 +199,7 @@ def initial_ledger(
         order_gram=jnp.zeros((ORDER_FEATURES, ORDER_FEATURES), jnp.float32),
         order_rhs=jnp.zeros((ORDER_FEATURES,), jnp.float32),
         stop_state=stop_state,
+        embedding_fit=empty_fit(config.embedding_features),
     )
 
 
@@ -245,6 +259,7 @@ def close_ledger(
         + jnp.einsum("n,ni,nj->ij", weight, rs.features, rs.features),
         order_rhs=ledger.order_rhs + jnp.einsum("n,ni->i", weight * q, rs.features),
         stop_state=stop_state,
+        embedding_fit=add_answers(ledger.embedding_fit, rs.phi, rs.values, rs.scored),
     )
 
 

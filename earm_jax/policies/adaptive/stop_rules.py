@@ -24,6 +24,10 @@ import jax.numpy as jnp
 
 from earm_jax.policies.adaptive.answer_model import AnswerModel
 from earm_jax.policies.adaptive.config import UNITS, AdaptiveConfig
+from earm_jax.policies.adaptive.embedding_calls import (
+    EMBEDDING_ORDERS,
+    embedding_priority,
+)
 from earm_jax.policies.adaptive.order import unscored_tier
 from earm_jax.policies.adaptive.state import Ledger, RoundState, similarity_ranks
 from earm_jax.types import Array
@@ -79,13 +83,20 @@ def always(config, model, ledger, rs, chosen, unsettled):
 SETTLE_OR_SPILL = StopRule(cut=spill_cut, worth=always)
 """The default stop rule (see the module docstring)."""
 
+SPEND = StopRule(cut=keep_size, worth=always)
+"""Every query spends what its allowance and the carried balance allow: no
+query is judged settled, so calls are not moved between queries. A strong
+trained scorer's confident hit says a question has evidence, not that it has
+all of it; moving the calls it saves to other questions cost Recall@10 there
+(docs/design-notes.md)."""
+
 
 def stop_rule(config: AdaptiveConfig) -> StopRule:
     """The :class:`StopRule` of ``config``: ``config.stop_rule`` itself when it
     is one, else the rule it names (one of ``STOP_RULES``)."""
     if isinstance(config.stop_rule, StopRule):
         return config.stop_rule
-    return {"settle_or_spill": SETTLE_OR_SPILL}[config.stop_rule]
+    return {"settle_or_spill": SETTLE_OR_SPILL, "spend": SPEND}[config.stop_rule]
 
 
 def round_selector(
@@ -101,11 +112,27 @@ def round_selector(
     def select_round(ledger: Ledger, rs: RoundState) -> Array:
         open_ = rs.usable & ~rs.scored
         # Next candidates: the most similar unscored ones (ranks among the open),
-        # or after the first round the highest in the learned order.
+        # or after the first round the highest in the learned or the
+        # embedding order.
         priority = -rs.rank.astype(jnp.float32)
         if config.call_order == "learned":
             learned = unscored_tier(config, ledger, rs)
-            priority = jnp.where(rs.round > 0, learned, priority)
+            priority = jnp.where(
+                rs.round >= config.similarity_rounds, learned, priority
+            )
+        elif config.call_order in EMBEDDING_ORDERS:
+            texts = embedding_priority(
+                config.call_order,
+                ledger.embedding_fit,
+                rs.phi,
+                rs.values,
+                rs.scored,
+                rs.usable,
+                config.embedding_ridge,
+                config.top_k,
+                config.embedding_prior_cosine,
+            )
+            priority = jnp.where(rs.round >= config.similarity_rounds, texts, priority)
         open_rank = similarity_ranks(priority, open_)
         size = sizes[jnp.minimum(rs.round, num_rounds - 1)]
         size = jnp.minimum(size, rs.limit - rs.calls)
@@ -122,6 +149,7 @@ def round_selector(
 
 __all__ = [
     "SETTLE_OR_SPILL",
+    "SPEND",
     "StopRule",
     "always",
     "keep_size",
