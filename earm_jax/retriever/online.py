@@ -194,7 +194,7 @@ class OnlineRetriever(
             self._open(scorer, embedder, config)
         except sqlite3.DatabaseError as error:
             self._release()
-            if is_disk_full(error):
+            if is_disk_full(error, self.directory):
                 raise disk_full(self.directory, error, "nothing was opened") from error
             raise CorruptFolderError(
                 f"{self.directory / JOURNAL_NAME}: SQLite cannot read it ({error})"
