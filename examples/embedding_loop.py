@@ -64,10 +64,12 @@ def main(seed: int = 0) -> dict[str, float]:
     # capacity x max_budget sparse entries, never a dense T x M matrix). Size it
     # for the queries you expect; once full, StepInfo.dropped counts what could
     # not be stored, and earm_jax.core.grow.grow_state doubles it.
-    config = ej.SolverConfig(
-        num_memories=M, capacity=128, pool_size=N, max_budget=N, rank=4
+    solver = ej.compose_solver(
+        model=ej.LowRankModel(num_memories=M, rank=4),
+        history=ej.RowHistory(capacity=128, pool_size=N),  # max_budget: the pool
+        algorithm=ej.incremental(),
+        policy=ej.paper_policy(pool_size=N),
     )
-    solver = ej.online_solver(config, ej.paper_policy(pool_size=N))
 
     @jax.jit
     def retrieve(query_vector):

@@ -125,15 +125,12 @@ def simulated_problem(num_streams: int):
         jax.random.key(STREAM_SEED), SIM, num_streams
     )
     keys = jax.random.split(jax.random.key(KEY_SEED), num_streams)
-    config = ej.SolverConfig(
-        num_memories=SIM.num_memories,
-        capacity=SIM.num_queries,
-        pool_size=SIM.pool_size,
-        max_budget=SIM.pool_size,
-        rank=RANK,
-        solver="incremental",
+    solver = ej.compose_solver(
+        model=ej.LowRankModel(num_memories=SIM.num_memories, rank=RANK),
+        history=ej.RowHistory(capacity=SIM.num_queries, pool_size=SIM.pool_size),
+        algorithm=ej.incremental(),
+        policy=ej.paper_policy(pool_size=SIM.pool_size),
     )
-    solver = ej.online_solver(config, ej.paper_policy(pool_size=SIM.pool_size))
     return solver, keys, streams
 
 

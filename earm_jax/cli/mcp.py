@@ -177,6 +177,82 @@ def check_access(
         )
 
 
+# Repeated from earm_jax.retriever.config, so that checking the flags (and
+# --help) imports no JAX; a test checks they agree.
+PRESETS = ("best", "learned_calls", "top_similarity", "paper")
+QUERY_RETENTIONS = ("keep", "hash-only", "none")
+
+
+def check_retriever_flags(preset: str | None, query_retention: str | None) -> None:
+    """Refuses a ``--preset`` or ``--query-retention`` the retriever does not
+    take, and the combinations it refuses.
+
+    >>> check_retriever_flags("learned_calls", "hash-only")
+    >>> try:
+    ...     check_retriever_flags("learned_calls", "none")
+    ... except UserError as error:
+    ...     print(error.fix)
+    pass --query-retention hash-only or keep, or another --preset
+    """
+    if preset is not None and preset not in PRESETS:
+        raise UserError(
+            f"--preset must be one of {', '.join(PRESETS)}, got {preset!r}",
+            "e.g. --preset learned_calls (default: best)",
+        )
+    if query_retention is not None and query_retention not in QUERY_RETENTIONS:
+        raise UserError(
+            f"--query-retention must be one of {', '.join(QUERY_RETENTIONS)}, got "
+            f"{query_retention!r}",
+            "e.g. --query-retention none (default: hash-only)",
+        )
+    if preset == "learned_calls" and query_retention == "none":
+        raise UserError(
+            "--query-retention none keeps nothing of a query, but --preset "
+            "learned_calls rebuilds its regression from each query's embedding "
+            "when a tenant reopens",
+            "pass --query-retention hash-only or keep, or another --preset",
+        )
+
+
+def check_key_file(key_file: Path | None, folder: Path) -> bool:
+    """Refuses a ``--key-file`` inside ``folder`` (a copy of the folder must
+    not carry the key that guards it), one that is not a private key file, and
+    a missing one while ``folder`` holds tenants already (a new key opens none
+    of them). Returns whether the key file is to be created."""
+    if key_file is None:
+        return False
+    from earm_jax.store.folder_key import FolderKeyError, read_key_file
+    from earm_jax.store.journal_format import JOURNAL_NAME
+
+    resolved, root = key_file.resolve(), folder.resolve()
+    if resolved == root or root in resolved.parents:
+        raise UserError(
+            f"--key-file {key_file} is inside {folder}: a copy or backup of the "
+            "folder would carry the key that guards it",
+            "keep the key file outside the folder",
+        )
+    if key_file.exists():
+        with user_errors(
+            "pass the key file the tenants were created with", FolderKeyError
+        ):
+            read_key_file(key_file, folder)
+        return False
+    tenants = (
+        sorted(p.name for p in folder.iterdir() if (p / JOURNAL_NAME).exists())
+        if folder.is_dir()
+        else []
+    )
+    if tenants:
+        raise UserError(
+            f"--key-file {key_file} does not exist, and {folder} holds tenants "
+            f"already ({', '.join(tenants[:3])}{', ...' if len(tenants) > 3 else ''}"
+            "): a new key opens none of them",
+            "pass the key file they were created with (or drop --key-file for "
+            "unkeyed tenants)",
+        )
+    return True
+
+
 def _lock_root(folder: Path):
     """Locks ``folder`` for this server: a second ``earm mcp`` on it is refused
     with one line naming the holder."""
@@ -279,6 +355,33 @@ def register(app: typer.Typer) -> None:
                 "a new tenant past it is refused.",
             ),
         ] = 100,
+        preset: Annotated[
+            str | None,
+            typer.Option(
+                metavar="NAME",
+                help="The retriever preset of every tenant: best (the default for "
+                "new tenants), learned_calls, top_similarity or paper. New tenant "
+                "folders are created with it; an existing tenant created with "
+                "other settings is refused.",
+            ),
+        ] = None,
+        query_retention: Annotated[
+            str | None,
+            typer.Option(
+                metavar="keep|hash-only|none",
+                help="What every tenant keeps of a query's text (default: "
+                "hash-only, or the tenant's stored setting).",
+            ),
+        ] = None,
+        key_file: Annotated[
+            Path | None,
+            typer.Option(
+                help="Key file of the tenant folders (HMAC digests): each one "
+                "the server creates is keyed with it, each existing one opens "
+                "only with it. Created 0600 when missing; keep it outside FOLDER "
+                "and keep a copy.",
+            ),
+        ] = None,
     ) -> None:
         """Serves the memory tools remember, recall, update, forget, get and
         stats over MCP (stdio, or streamable HTTP with --http). Without
@@ -288,6 +391,7 @@ def register(app: typer.Typer) -> None:
         from earm_jax.retriever.mcp_server import build_server
         from earm_jax.retriever.tenants import TenantRetrievers, tenant_folder
         from earm_jax.store.embeddings import Embedder
+        from earm_jax.store.folder_key import FolderKeyError, create_key_file
         from earm_jax.store.journal import CorruptFolderError
         from earm_jax.store.lock import FolderLockedError
 
@@ -305,8 +409,21 @@ def register(app: typer.Typer) -> None:
             tenant_folder(folder, tenant)
         backend = resolve_scorer_backend(scorer_backend, scorer_dtype)
         check_scorer(scorer_model, scorer_url, scorer_name, backend, force_weak_scorer)
+        check_retriever_flags(preset, query_retention)
+        new_key = check_key_file(key_file, folder)
         root_lock = _lock_root(folder)
         try:
+            if new_key and key_file is not None and not key_file.exists():
+                with user_errors(
+                    "pass a --key-file path in a writable folder", OSError
+                ):
+                    create_key_file(key_file, folder)
+                print(
+                    f"earm mcp: created key file {key_file} for the tenants of "
+                    f"{folder}; keep a copy where the folder's backups are not "
+                    "(without it no tenant folder opens)",
+                    file=sys.stderr,
+                )
             scorer = _scorer(
                 scorer_model, scorer_url, scorer_name, scorer_mode, backend
             )
@@ -324,13 +441,20 @@ def register(app: typer.Typer) -> None:
                 )
             with user_errors("pass a sentence-transformers folder to --embedder"):
                 text_embedder = Embedder(embedder, cache_dir=False)
+            from earm_jax.retriever.config import RetrieverConfig
+
             tenants = TenantRetrievers(
                 folder,
                 scorer,
                 text_embedder,
+                None if preset is None else RetrieverConfig(preset=preset),
                 max_open=max_open_tenants,
                 max_tenants=max_tenants,
                 embedding_cache=True,
+                runtime=None
+                if query_retention is None
+                else {"query_retention": query_retention},
+                key_file=key_file,
             )
             if scorer is None:
                 print(SIMILARITY_MODE_NOTE, file=sys.stderr)
@@ -342,8 +466,13 @@ def register(app: typer.Typer) -> None:
                         CorruptFolderError,
                         FolderLockedError,
                     ):
-                        with tenants.lease(tenant):  # open (or create) before serving
-                            pass
+                        with user_errors(
+                            "pass --key-file with the key the tenants were "
+                            "created with (none for unkeyed tenants)",
+                            FolderKeyError,
+                        ):
+                            with tenants.lease(tenant):  # open before serving
+                                pass
                 if address is None:
                     build_server(tenants, tenant).run("stdio")
                 else:
@@ -441,8 +570,12 @@ def register(app: typer.Typer) -> None:
 
 
 __all__ = [
+    "PRESETS",
+    "QUERY_RETENTIONS",
     "SIMILARITY_MODE_NOTE",
     "check_access",
+    "check_key_file",
+    "check_retriever_flags",
     "check_scorer",
     "parse_host_port",
     "register",

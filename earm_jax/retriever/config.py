@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -220,6 +221,35 @@ class RetrieverConfig(EarmSettings):
 
 def runtime_of(config: RetrieverConfig) -> dict[str, Any]:
     return {name: getattr(config, name) for name in RUNTIME_FIELDS}
+
+
+def runtime_options(runtime: Any) -> dict[str, Any]:
+    """``runtime`` (a mapping of runtime options, or ``None``) checked: only
+    :data:`RUNTIME_FIELDS` (their values are checked with the config).
+
+    >>> runtime_options({"query_retention": "none"})
+    {'query_retention': 'none'}
+    >>> runtime_options({"rank": 4})
+    Traceback (most recent call last):
+    ...
+    ValueError: runtime takes the runtime options (top_k, snapshot_every, \
+scorer_timeout, lock_timeout, synchronous, precompile, query_retention), not \
+rank: pass a config for the others
+    """
+    if runtime is None:
+        return {}
+    if not isinstance(runtime, Mapping):
+        raise ValueError(
+            f"runtime must be a mapping of runtime options, got "
+            f"{type(runtime).__name__}"
+        )
+    unknown = sorted(str(name) for name in runtime if name not in RUNTIME_FIELDS)
+    if unknown:
+        raise ValueError(
+            f"runtime takes the runtime options ({', '.join(RUNTIME_FIELDS)}), "
+            f"not {', '.join(unknown)}: pass a config for the others"
+        )
+    return dict(runtime)
 
 
 def is_int(value: Any) -> bool:

@@ -54,6 +54,7 @@ delete, the similarity pool) in ``table.py``, the ``best`` preset's rounds in
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sqlite3
 import threading
@@ -74,6 +75,7 @@ from earm_jax.retriever.config import (
     Retrieved,
     RetrieverConfig,
     is_int,
+    runtime_options,
     similarity_score,
 )
 from earm_jax.retriever.growth import Growth
@@ -134,6 +136,11 @@ class OnlineRetriever(
         (the file is created, mode ``0600``, when missing; it must lie outside
         the folder); a keyed folder opens only with it, an unkeyed one never
         with one. Keep a copy: without it the folder cannot be opened.
+      runtime: runtime options (``query_retention``, ``top_k``, ... : the
+        fields a caller may change on each open) to open with, over
+        ``config``'s or, with ``config=None``, over the folder's stored ones;
+        e.g. ``{"query_retention": "none"}`` opens any folder keeping no query
+        text, with the settings it was created with. Recorded like a config's.
 
     Every write checks first that the journal this retriever locked is still
     the folder's (:class:`~earm_jax.store.lock.LockLostError` otherwise, with
@@ -155,11 +162,16 @@ class OnlineRetriever(
         embedder: TextEmbedder,
         config: RetrieverConfig | None = None,
         key_file: str | os.PathLike[str] | None = None,
+        *,
+        runtime: Mapping[str, object] | None = None,
     ) -> None:
         if config is not None and not isinstance(config, RetrieverConfig):
             raise ValueError(
                 f"config must be a RetrieverConfig, got {type(config).__name__}"
             )
+        self._runtime = runtime_options(runtime)
+        if config is not None and self._runtime:
+            config = dataclasses.replace(config, **self._runtime)
         for name, thing, needed in (
             ("scorer", scorer, () if scorer is None else ("identity", "score_many")),
             ("embedder", embedder, ("embed",)),
@@ -180,7 +192,9 @@ class OnlineRetriever(
         lost = lost_journal(self.directory)
         if lost is not None:
             raise CorruptFolderError(lost)
-        timeout = (config or RetrieverConfig()).lock_timeout
+        timeout = self._runtime.get(
+            "lock_timeout", (config or RetrieverConfig()).lock_timeout
+        )
         self._lock = FolderLock(
             self.directory, timeout=timeout, guarded=(JOURNAL_NAME,)
         )
@@ -194,7 +208,7 @@ class OnlineRetriever(
             self._open(scorer, embedder, config)
         except sqlite3.DatabaseError as error:
             self._release()
-            if is_disk_full(error):
+            if is_disk_full(error, self.directory):
                 raise disk_full(self.directory, error, "nothing was opened") from error
             raise CorruptFolderError(
                 f"{self.directory / JOURNAL_NAME}: SQLite cannot read it ({error})"

@@ -62,7 +62,10 @@ class Recovery:
     _redact_on_open = True
 
     def _open(self, scorer, embedder, config) -> None:
-        runtime = config or RetrieverConfig()
+        # Runtime options asked for over the stored ones (with a config, they
+        # are in it already).
+        overrides = self._runtime if config is None else {}
+        runtime = config or RetrieverConfig(**overrides)
         self.scorer = scorer
         self.embedder = embedder
         self._journal = journal = Journal(
@@ -130,16 +133,16 @@ class Recovery:
                     )
             if config is None:
                 stored_runtime = journal.get_meta("runtime") or {}
-                runtime = dataclasses.replace(
-                    runtime,
-                    **{k: v for k, v in stored_runtime.items() if k in RUNTIME_FIELDS},
-                )
-            else:
-                with journal.transaction() as db:
-                    journal.set_meta(db, "runtime", runtime_of(config))
+                stored_runtime = {
+                    k: v for k, v in stored_runtime.items() if k in RUNTIME_FIELDS
+                }
+                runtime = dataclasses.replace(runtime, **(stored_runtime | overrides))
             self.config = dataclasses.replace(
                 base, **{n: getattr(runtime, n) for n in RUNTIME_FIELDS}
             )
+            if config is not None or overrides:
+                with journal.transaction() as db:
+                    journal.set_meta(db, "runtime", runtime_of(self.config))
             stored_scorer = journal.get_meta("scorer")
             if scorer is None and stored_scorer != scorer_key:
                 raise ValueError(

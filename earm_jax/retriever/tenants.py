@@ -21,13 +21,15 @@ tenant folders it creates (``max_tenants``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from earm_jax.retriever.config import runtime_options
 from earm_jax.retriever.online import OnlineRetriever, RetrieverConfig
 from earm_jax.scoring.base import Scorer
 from earm_jax.store.embeddings import CachedEmbedder, TextEmbedder
@@ -83,6 +85,13 @@ class TenantRetrievers:
         its folder (:func:`embedding_cache_path`), which a ``delete`` purges
         of the deleted texts; ``embedder`` should have no cache of its own.
         Without it, ``embedder`` is used as it is.
+      runtime: runtime options every tenant opens with (``query_retention``,
+        ...), over ``config``'s or each folder's stored ones
+        (:class:`OnlineRetriever`'s ``runtime``).
+      key_file: the key file of every tenant's folder (:class:`OnlineRetriever`'s
+        ``key_file``): each tenant folder it creates is keyed with it (the file
+        is created, ``0600``, when missing), and an existing one opens only if
+        it was keyed with it.
     """
 
     def __init__(
@@ -95,6 +104,8 @@ class TenantRetrievers:
         max_open: int | None = None,
         max_tenants: int | None = None,
         embedding_cache: bool = False,
+        runtime: Mapping[str, object] | None = None,
+        key_file: str | os.PathLike[str] | None = None,
     ) -> None:
         if not isinstance(embedding_cache, bool):
             raise ValueError(
@@ -108,6 +119,10 @@ class TenantRetrievers:
         self.root = Path(root)
         self.root.mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)
         self.scorer, self.embedder, self.config = scorer, embedder, config
+        self.runtime = runtime_options(runtime)
+        # Checked now, not at the first tenant: the values, and with config.
+        dataclasses.replace(config or RetrieverConfig(), **self.runtime)
+        self.key_file = None if key_file is None else Path(key_file)
         self.embedding_cache = embedding_cache
         self.max_open, self.max_tenants = max_open, max_tenants
         # Open tenants, least recently used first, and how many leases each has.
@@ -185,7 +200,14 @@ class TenantRetrievers:
                 if self.embedding_cache:
                     path = embedding_cache_path(folder, embedder)
                     embedder = CachedEmbedder(embedder, path)
-                retriever = OnlineRetriever(folder, self.scorer, embedder, self.config)
+                retriever = OnlineRetriever(
+                    folder,
+                    self.scorer,
+                    embedder,
+                    self.config,
+                    key_file=self.key_file,
+                    runtime=self.runtime,
+                )
             except BaseException:
                 with self._table_lock:
                     if not (folder / JOURNAL_NAME).exists():

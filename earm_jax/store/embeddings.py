@@ -147,7 +147,7 @@ class EmbeddingCache:
                     "vector BLOB NOT NULL)"
                 )
         except (OSError, sqlite3.Error) as error:
-            if is_disk_full(error):
+            if is_disk_full(error, self.path.parent):
                 raise disk_full(
                     self.path.parent, error, f"{self.path.name} was not created"
                 ) from error
@@ -209,7 +209,7 @@ class EmbeddingCache:
             with self._connect() as connection:
                 connection.executemany(statement, rows)
         except (OSError, sqlite3.Error) as error:
-            if is_disk_full(error):
+            if is_disk_full(error, self.path.parent):
                 raise disk_full(
                     self.path.parent, error, f"{self.path.name}: {consequence}"
                 ) from error

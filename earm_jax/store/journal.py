@@ -198,7 +198,7 @@ class Journal(SnapshotStore, ScoreStore, DeleteLog):
                 opened.close()
             if isinstance(error, DiskFullError):
                 raise
-            if is_disk_full(error):
+            if is_disk_full(error, self.path.parent):
                 raise disk_full(
                     self.path.parent, error, "the journal was not opened"
                 ) from error

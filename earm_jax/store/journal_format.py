@@ -99,14 +99,48 @@ def free_bytes(folder: str | os.PathLike[str]) -> str:
         return "free space unknown"
 
 
-def is_disk_full(error: BaseException) -> bool:
+# SQLite reports some writes that found the disk full as an I/O error rather
+# than SQLITE_FULL: creating or growing the WAL's shared-memory index (the
+# ``-shm`` file) writes each new page to allocate it, and a failure there is
+# SQLITE_IOERR_SHMSIZE ("disk I/O error") whatever the system said. Such an
+# error means a full disk when the folder's file system has less than this
+# free (or no free inodes); with more, it is a real I/O fault and stays one.
+LOW_SPACE_BYTES = 1 << 20
+
+
+def out_of_space(folder: str | os.PathLike[str]) -> bool:
+    """Whether ``folder``'s file system has less than :data:`LOW_SPACE_BYTES`
+    free, or no free inodes (``False`` when that cannot be told)."""
+    try:
+        status = os.statvfs(folder)
+    except OSError:
+        return False
+    if status.f_bavail * status.f_frsize < LOW_SPACE_BYTES:
+        return True
+    # A file system without an inode count reports zero of them.
+    return status.f_files > 0 and status.f_favail == 0
+
+
+def _is_io_error(error: sqlite3.Error) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is None:
+        return "disk i/o error" in str(error).lower()
+    return code & 0xFF == sqlite3.SQLITE_IOERR
+
+
+def is_disk_full(
+    error: BaseException, folder: str | os.PathLike[str] | None = None
+) -> bool:
     """Whether ``error`` says the disk (or a quota, or SQLite's size limit) is
-    full."""
+    full. Given the ``folder`` written to, a SQLite I/O error counts too when
+    its file system is out of space (see :data:`LOW_SPACE_BYTES`)."""
     if isinstance(error, OSError):
         return error.errno in (errno.ENOSPC, errno.EDQUOT)
     if isinstance(error, sqlite3.Error):
         code = getattr(error, "sqlite_errorcode", None)
-        return code == sqlite3.SQLITE_FULL or "full" in str(error).lower()
+        if code == sqlite3.SQLITE_FULL or "full" in str(error).lower():
+            return True
+        return folder is not None and _is_io_error(error) and out_of_space(folder)
     return False
 
 
@@ -115,8 +149,8 @@ def disk_full(
 ) -> BaseException:
     """``error`` as a :class:`DiskFullError` naming ``folder``, its free bytes
     and ``consequence`` (what the failed call left) when it says the disk is
-    full; otherwise ``error`` itself."""
-    if not is_disk_full(error):
+    full (:func:`is_disk_full` of ``folder``); otherwise ``error`` itself."""
+    if not is_disk_full(error, folder):
         return error
     number = error.errno if isinstance(error, OSError) else errno.ENOSPC
     return DiskFullError(
@@ -207,8 +241,8 @@ class Transaction:
                 return
         if self.db.in_transaction:
             self.db.execute("ROLLBACK")
-        if isinstance(value, sqlite3.Error) and is_disk_full(value):
-            folder = self.path.parent if self.path is not None else "."
+        folder = self.path.parent if self.path is not None else Path(".")
+        if isinstance(value, sqlite3.Error) and is_disk_full(value, folder):
             raise disk_full(
                 folder,
                 value,
@@ -224,6 +258,7 @@ __all__ = [
     "FOLDER_MODE",
     "FORMAT",
     "JOURNAL_NAME",
+    "LOW_SPACE_BYTES",
     "MARKER_NAME",
     "MIGRATED_FORMATS",
     "SCHEMA",
@@ -233,5 +268,6 @@ __all__ = [
     "free_bytes",
     "is_disk_full",
     "lost_journal",
+    "out_of_space",
     "write_marker",
 ]

@@ -5,10 +5,12 @@ server with SIGKILL mid-recall and restarts it with nothing acknowledged lost.
 Over HTTP: no valid bearer token is 401, a token reaches only its tenants, a
 foreign Host or Origin is refused, 1,000 tenant names open at most the cap and
 create at most --max-tenants folders, a second server on the folder is one
-line. The scorer is an in-process cross-encoder folder (tiny, random weights:
-the protocol is tested here, not the ranking); without one the server runs in
-similarity mode and says so; a trained-scorer folder whose manifest measured
-it below similarity is refused unless forced."""
+line. --preset, --query-retention and --key-file reach every tenant (refused
+combinations are one line before the server starts). The scorer is an
+in-process cross-encoder folder (tiny, random weights: the protocol is tested
+here, not the ranking); without one the server runs in similarity mode and
+says so; a trained-scorer folder whose manifest measured it below similarity
+is refused unless forced."""
 
 from __future__ import annotations
 
@@ -624,3 +626,146 @@ def test_http_thousand_tenant_names_stay_bounded(
     finally:
         process.terminate()
         process.wait(30)
+
+
+def test_retriever_flags_are_checked_before_the_server_starts(tmp_path, capsys):
+    from earm_jax.cli.main import run
+    from earm_jax.cli.mcp import PRESETS, QUERY_RETENTIONS
+    from earm_jax.retriever import config
+
+    # The CLI's copies (--help imports no JAX) agree with the retriever's.
+    assert PRESETS == config.RETRIEVER_PRESETS
+    assert QUERY_RETENTIONS == config.QUERY_RETENTIONS
+    folder = tmp_path / "memory"
+    loose = tmp_path / "loose.key"
+    loose.write_text("00" * 32 + "\n")
+    loose.chmod(0o644)
+    for flags, says in (
+        (["--preset", "learned_calls", "--query-retention", "none"], "keeps nothing"),
+        (["--preset", "fancy"], "--preset must be one of"),
+        (["--query-retention", "forever"], "--query-retention must be one of"),
+        (["--key-file", str(folder / "tenants.key")], "is inside"),
+        (["--key-file", str(loose)], "can be read or written by others"),
+    ):
+        capsys.readouterr()
+        assert run(["mcp", str(folder), *flags]) == 2, flags
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith("error: ") and " — " in line and says in line, line
+    assert not folder.exists()
+    # A new key for a folder that holds tenants would open none of them.
+    (folder / "alice").mkdir(parents=True)
+    (folder / "alice" / "journal.sqlite").write_bytes(b"a tenant's journal")
+    capsys.readouterr()
+    assert run(["mcp", str(folder), "--key-file", str(tmp_path / "new.key")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "does not exist" in line and "alice" in line, line
+    assert not (tmp_path / "new.key").exists()
+
+
+def _stored(tenant: Path) -> tuple[dict, dict, list[str]]:
+    """A tenant folder's stored config, runtime options, and the query texts
+    its records keep (read with SQLite, as they lie on disk)."""
+    import json
+    import sqlite3
+
+    connection = sqlite3.connect(f"file:{tenant / 'journal.sqlite'}?mode=ro", uri=True)
+    try:
+        meta = dict(connection.execute("SELECT key, value FROM meta").fetchall())
+        payloads = connection.execute(
+            "SELECT payload FROM ops WHERE kind = 'query'"
+        ).fetchall()
+    finally:
+        connection.close()
+    texts = [json.loads(p).get("text") for (p,) in payloads]
+    return (
+        json.loads(meta["config"]),
+        json.loads(meta["runtime"]),
+        [t for t in texts if t is not None],
+    )
+
+
+def test_preset_query_retention_and_key_file_reach_every_tenant(
+    tmp_path, scorer_model, compilation_cache
+):
+    from earm_jax.retriever import check
+
+    folder = tmp_path / "memory"
+    key = tmp_path / "keys" / "tenants.key"
+    key.parent.mkdir()
+    question = "Who plays chess on Fridays?"
+
+    async def session(url: str, tenants: list[str | None]) -> None:
+        async with _client(url) as client:
+            for tenant in tenants:
+                named = {} if tenant is None else {"tenant": tenant}
+                for text in ("Sam plays chess.", "Ann paints.", "Cy swims."):
+                    reply = await client.call_tool("remember", {"text": text} | named)
+                    assert not reply.is_error, reply.content
+                reply = await client.call_tool("recall", {"query": question} | named)
+                assert not reply.is_error, reply.content
+                assert reply.structured_content["memories"]
+
+    process, url = _start_http(
+        folder,
+        scorer_model,
+        compilation_cache,
+        "--no-auth",
+        "--preset",
+        "learned_calls",
+        "--query-retention",
+        "keep",
+        "--key-file",
+        str(key),
+    )
+    try:
+        asyncio.run(session(url, [None, "alice"]))
+    finally:
+        process.terminate()
+        process.wait(30)
+    log = next(folder.parent.glob("server-*.log")).read_text()
+    assert f"created key file {key}" in log
+    assert oct(key.stat().st_mode)[-3:] == "600"
+    for name in ("default", "alice"):
+        stored, runtime, texts = _stored(folder / name)
+        assert stored["preset"] == "learned_calls", name
+        assert runtime["query_retention"] == "keep" and texts == [question], name
+        assert check(folder / name, key_file=key).ok, name
+        unkeyed = check(folder / name)
+        assert not unkeyed.ok and "is keyed" in unkeyed.problems[0], name
+
+    # Restarted without --preset and with another retention: the tenants keep
+    # their preset and open with the key; the retention reaches them too (the
+    # query texts kept before are dropped when each opens).
+    process, url = _start_http(
+        folder,
+        scorer_model,
+        compilation_cache,
+        "--no-auth",
+        "--query-retention",
+        "hash-only",
+        "--key-file",
+        str(key),
+    )
+    try:
+        asyncio.run(session(url, ["alice"]))
+    finally:
+        process.terminate()
+        process.wait(30)
+    for name in ("default", "alice"):
+        stored, runtime, texts = _stored(folder / name)
+        assert stored["preset"] == "learned_calls", name
+        assert runtime["query_retention"] == "hash-only" and texts == [], name
+        assert check(folder / name, key_file=key).ok, name
+
+    # Without the key, the keyed tenants do not open: one line, exit 2.
+    refused = subprocess.run(
+        _command(folder, scorer_model),
+        env=_env(compilation_cache),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert refused.returncode == 2, refused.stderr
+    (line,) = refused.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "is keyed" in line and "--key-file" in line

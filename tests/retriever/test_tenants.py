@@ -91,3 +91,67 @@ def test_caps_are_checked(tmp_path):
     for bad in [0, -1, 1.5, True]:
         with pytest.raises(ValueError, match="max_open"):
             TenantRetrievers(tmp_path, KeywordScorer(), HashEmbedder(), max_open=bad)
+
+
+def test_runtime_options_reach_every_tenant_over_its_stored_settings(tmp_path):
+    import dataclasses
+
+    paper = dataclasses.replace(CONFIG, query_retention="keep")
+    with TenantRetrievers(tmp_path, KeywordScorer(), HashEmbedder(), paper) as tenants:
+        tenants["alice"].add(["Alice plays chess."])
+    best = dataclasses.replace(CONFIG, preset="best")
+    with TenantRetrievers(
+        tmp_path,
+        KeywordScorer(),
+        HashEmbedder(),
+        runtime={"query_retention": "none", "top_k": 2},
+    ) as tenants:
+        # An existing tenant keeps the settings it was created with.
+        alice = tenants["alice"].config
+        assert alice.preset == "paper" and alice.rank == CONFIG.rank
+        assert (alice.query_retention, alice.top_k) == ("none", 2)
+    # Recorded: the next open without options keeps them.
+    with TenantRetrievers(tmp_path, KeywordScorer(), HashEmbedder()) as tenants:
+        assert tenants["alice"].config.query_retention == "none"
+    # With a config too: its settings, the options over its runtime ones.
+    with TenantRetrievers(
+        tmp_path / "other",
+        KeywordScorer(),
+        HashEmbedder(),
+        best,
+        runtime={"query_retention": "keep"},
+    ) as tenants:
+        bob = tenants["bob"].config
+        assert bob.preset == "best" and bob.query_retention == "keep"
+    for runtime, says in [
+        ({"rank": 3}, "not rank"),
+        ({"query_retention": "forever"}, "query_retention must be one of"),
+    ]:
+        with pytest.raises(ValueError, match=says):
+            TenantRetrievers(tmp_path, KeywordScorer(), HashEmbedder(), runtime=runtime)
+    learned = dataclasses.replace(CONFIG, preset="learned_calls")
+    with pytest.raises(ValueError, match="learned_calls"):
+        TenantRetrievers(
+            tmp_path,
+            KeywordScorer(),
+            HashEmbedder(),
+            learned,
+            runtime={"query_retention": "none"},
+        )
+
+
+def test_a_key_file_keys_every_tenant_it_creates(tmp_path):
+    from earm_jax.retriever import FolderKeyError, OnlineRetriever
+
+    root, key = tmp_path / "root", tmp_path / "tenants.key"
+    with TenantRetrievers(
+        root, KeywordScorer(), HashEmbedder(), CONFIG, key_file=key
+    ) as tenants:
+        tenants["alice"].add(["Alice plays chess."])
+        tenants["bob"].add(["Bob swims."])
+    assert oct(key.stat().st_mode)[-3:] == "600"
+    for name in ["alice", "bob"]:
+        with pytest.raises(FolderKeyError, match="is keyed"):
+            OnlineRetriever(root / name, KeywordScorer(), HashEmbedder(), CONFIG)
+    with TenantRetrievers(root, KeywordScorer(), HashEmbedder(), key_file=key) as t:
+        assert t["bob"].get([0])[0].text == "Bob swims."
