@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from earm_jax.jobs.locomo import LocomoJob, run_locomo_job  # noqa: E402
-from earm_jax.jobs.metadata import write_json  # noqa: E402
+from earm_jax.jobs.metadata import command_line, write_json  # noqa: E402
 from earm_jax.policies.adaptive import AdaptiveConfig  # noqa: E402
 from earm_jax.settings import EarmSettings  # noqa: E402
 
@@ -67,9 +67,7 @@ def main() -> None:
     )
     payload, _ = run_locomo_job(job)
     payload["adaptive_overrides"] = overrides
-    payload["command"] = "python experiments/call_order_locomo.py " + " ".join(
-        sys.argv[1:]
-    )
+    payload["command"] = command_line("python experiments/call_order_locomo.py")
     results, contrasts = payload["results"], payload["contrasts"]
     for name, row in results.items():
         recall = row["recall@10"]["mean"]

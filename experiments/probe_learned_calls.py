@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from earm_jax.eval.stats import contrast_ci  # noqa: E402
-from earm_jax.jobs.metadata import write_json  # noqa: E402
+from earm_jax.jobs.metadata import command_line, write_json  # noqa: E402
 
 
 def replayed_streams(scores_file: str, data: str, cache_dir: str | None):
@@ -137,8 +137,7 @@ def main() -> None:
     streams = replayed_streams(args.scores, args.data, None)
     ridges = [float(r) for r in args.ridge.split(",")]
     payload = {
-        "command": "python experiments/probe_learned_calls.py "
-        + " ".join(sys.argv[1:]),
+        "command": command_line("python experiments/probe_learned_calls.py"),
         "conversations": [s.meta.sample_id for s in streams],
         "caps": {},
     }

@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from earm_jax.eval.regime import map_cell, point_job_fields  # noqa: E402
 from earm_jax.jobs.locomo import LocomoJob, run_locomo_job  # noqa: E402
-from earm_jax.jobs.metadata import provenance, write_json  # noqa: E402
+from earm_jax.jobs.metadata import command_line, provenance, write_json  # noqa: E402
 from earm_jax.scoring.recorded_answers import RecordedAnswers  # noqa: E402
 from earm_jax.settings import EarmSettings  # noqa: E402
 
@@ -72,7 +72,7 @@ def main() -> None:
         }
     )
     # Each invocation adds cells: the JSON keeps every command that made it.
-    command = "python experiments/regime_map.py " + " ".join(sys.argv[1:])
+    command = command_line("python experiments/regime_map.py")
     commands = [c for c in payload.get("commands", []) if c != command] + [command]
     for point in [p for p in args.points.split(",") if p]:
         for cap in [float(c) for c in args.caps.split(",") if c]:

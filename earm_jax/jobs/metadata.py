@@ -10,6 +10,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 from importlib import metadata
@@ -98,8 +99,10 @@ def git_commit() -> str | None:
 
 
 def command_line(program: str = "earm", argv: list[str] | None = None) -> str:
-    """The command as typed: ``program`` and its arguments."""
-    return " ".join([program, *(sys.argv[1:] if argv is None else argv)])
+    """The command as typed: ``program`` and its arguments, each quoted for
+    the shell where it needs it (a JSON ``--config`` reruns as written)."""
+    args = sys.argv[1:] if argv is None else argv
+    return " ".join([program, *(shlex.quote(arg) for arg in args)])
 
 
 def provenance(program: str = "earm", argv: list[str] | None = None) -> dict[str, Any]:
