@@ -29,6 +29,12 @@ from earm_jax.policies.adaptive.embedding_calls import EMBEDDING_ORDERS
 from earm_jax.policies.budget import PAPER_STAGE_RATIOS
 from earm_jax.types import ArrayLike
 
+SIMILARITY_HEAD = 0.4
+"""The share of a query's calls ``best`` pays down the similarity order
+before an embedding call order takes over: the top of the pool is where
+similarity is right, and the rest of the calls go where the texts point at
+every cap (learned calls' head; docs/design-notes.md)."""
+
 _SOLVER_DEFAULTS = SolverConfig._field_defaults
 """The solver's defaults come from :class:`SolverConfig` alone, so the
 settings, the CLI (which takes its defaults from here) and a hand-built
@@ -57,15 +63,20 @@ class EarmSettings:
         multi-round policy under a hard call budget
         (:mod:`earm_jax.policies.adaptive`), reported as policy ``best``.
       call_budget: ``best``'s hard cap on calls as a fraction of Full's.
-      call_order: which candidates ``best``'s later rounds pay for:
-        ``"similarity"`` (the most similar unscored) or ``"learned"`` (the
-        highest in its learned order of the unscored; see
-        :data:`~earm_jax.policies.adaptive.config.CALL_ORDERS`; the
-        ``"embedding"`` orders take over after two rounds by similarity).
+      call_order: which candidates ``best``'s calls after its similarity head
+        pay for: ``"embedding"`` (the default: the highest posterior mean of a
+        regression of the answers on the question's and memory's embeddings,
+        so the stream must carry them), ``"embedding_gain"``, ``"learned"`` or
+        ``"similarity"`` (see
+        :data:`~earm_jax.policies.adaptive.config.CALL_ORDERS`). The
+        embedding orders pay the first :data:`SIMILARITY_HEAD` of a query's
+        calls down the similarity order.
       stop_rule: ``best``'s stop rule, one of
         :data:`~earm_jax.policies.adaptive.config.STOP_RULES`: ``"spend"``
-        spends every query's allowance instead of moving calls from queries
-        it judges settled.
+        (the default) spends every query's allowance; ``"settle_or_spill"``
+        moves calls from queries it judges settled to later ones (better with
+        an easy stand-in scorer, worse with a trained one:
+        docs/design-notes.md).
     """
 
     rank: int = _SOLVER_DEFAULTS["rank"]
@@ -79,8 +90,8 @@ class EarmSettings:
     budget_scale: float = 1.0
     preset: str = "paper"
     call_budget: float = 0.25
-    call_order: str = "similarity"
-    stop_rule: str = "settle_or_spill"
+    call_order: str = "embedding"
+    stop_rule: str = "spend"
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -184,19 +195,17 @@ class EarmSettings:
         """
         if self.preset != "best":
             return None
-        # The embedding orders read the texts after the top of the pool is
-        # paid by similarity (5 + 15 candidates; docs/design-notes.md).
         reads_texts = self.call_order in EMBEDDING_ORDERS
         return AdaptiveConfig(
             pool_size=pool_size,
             call_budget=self.call_budget,
             call_order=self.call_order,
             stop_rule=self.stop_rule,
-            similarity_rounds=2 if reads_texts else 1,
+            similarity_share=SIMILARITY_HEAD if reads_texts else 0.0,
         )
 
 
 PRESETS = ("paper", "best")
 """``paper``: the seven policies (docs/policies.md); ``best``: and the adaptive one."""
 
-__all__ = ["PRESETS", "EarmSettings"]
+__all__ = ["PRESETS", "SIMILARITY_HEAD", "EarmSettings"]

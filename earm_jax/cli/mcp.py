@@ -192,7 +192,7 @@ def check_retriever_flags(preset: str | None, query_retention: str | None) -> No
     ...     check_retriever_flags("learned_calls", "none")
     ... except UserError as error:
     ...     print(error.fix)
-    pass --query-retention hash-only or keep, or another --preset
+    pass --query-retention hash-only or keep, or --preset top_similarity or paper
     """
     if preset is not None and preset not in PRESETS:
         raise UserError(
@@ -205,12 +205,13 @@ def check_retriever_flags(preset: str | None, query_retention: str | None) -> No
             f"{query_retention!r}",
             "e.g. --query-retention none (default: hash-only)",
         )
-    if preset == "learned_calls" and query_retention == "none":
+    if preset in (None, "best", "learned_calls") and query_retention == "none":
         raise UserError(
             "--query-retention none keeps nothing of a query, but --preset "
-            "learned_calls rebuilds its regression from each query's embedding "
-            "when a tenant reopens",
-            "pass --query-retention hash-only or keep, or another --preset",
+            f"{preset or 'best'} pays where a regression on each query's "
+            "embedding points and rebuilds it when a tenant reopens",
+            "pass --query-retention hash-only or keep, or --preset top_similarity "
+            "or paper",
         )
 
 

@@ -37,19 +37,21 @@ CallBudget = Annotated[
 CallOrder = Annotated[
     str,
     typer.Option(
-        help="best: which candidates its later rounds pay for: similarity (the "
-        "most similar unscored), learned (the highest in its learned order), "
-        "embedding (the highest posterior mean of a regression of the answers on "
-        "the texts' embeddings) or embedding_gain (the highest expected gain "
-        "over the current top K)."
+        help="best: which candidates its calls after the similarity head (the "
+        "first 40%) pay for: embedding (the highest posterior mean of a "
+        "regression of the answers on the texts' embeddings; the default where "
+        "the texts exist), embedding_gain (the highest expected gain over the "
+        "current top K), learned (the highest in its learned order) or "
+        "similarity (the most similar unscored; the simulator's default)."
     ),
 ]
 
 StopRule = Annotated[
     str,
     typer.Option(
-        help="best: settle_or_spill (a query judged settled stops and its calls "
-        "go to later queries) or spend (every query spends its allowance)."
+        help="best: spend (every query spends its allowance; the default) or "
+        "settle_or_spill (a query judged settled stops and its calls go to "
+        "later queries)."
     ),
 ]
 

@@ -96,7 +96,7 @@ def simulate(
     resamples: Resamples = _SIMULATION.num_resamples,
     preset: Preset = DEFAULTS.preset,
     call_budget: CallBudget = DEFAULTS.call_budget,
-    call_order: CallOrder = DEFAULTS.call_order,
+    call_order: CallOrder = _SIMULATION.call_order,
     stop_rule: StopRule = DEFAULTS.stop_rule,
     expand: Expand = _SIMULATION.expand,
     expand_min_score: ExpandMinScore = _SIMULATION.expand_min_score,

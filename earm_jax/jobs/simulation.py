@@ -45,6 +45,8 @@ class SimulationSettings(EarmSettings):
     train-scorer`` writes); the simulated answers are then drawn from it.
     ``side_information``: ``D > 0`` gives memories and queries D-wide embeddings
     with planted relevance structure and adds ``mixed_side`` and ``best_side``.
+    ``call_order`` defaults to ``"similarity"`` here: simulated streams carry
+    no texts unless ``side_information`` is set.
     """
 
     streams: int = 16
@@ -59,6 +61,7 @@ class SimulationSettings(EarmSettings):
     expand_min_score: float = 0.0
     scorer_profile: dict[str, Any] | None = None
     side_information: int = 0
+    call_order: str = "similarity"
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -235,15 +235,12 @@ class AsyncRetrieving:
                 )
             )
 
-        # Learned calls' second round follows the regression as it will stand
-        # at this query's turn, which the queries before it still change:
-        # ahead of its turn a query plans (and pays) its first round only.
-        first_round_only = ahead and self.config.preset == "learned_calls"
-        rounds_asked = 0
+        # The calls that follow the texts read the regression as it will stand
+        # at this query's turn, which the queries before it still change: ahead
+        # of its turn a query plans (and pays) its similarity head only.
+        head_only = ahead and self.config.reads_embeddings
 
         def pay(positions: np.ndarray):
-            nonlocal rounds_asked
-            rounds_asked += 1
             rows = np.asarray(pool.candidates)[positions]
             texts = [self._texts[r] for r in rows]
             cached = self._journal.get_scores(self._scorer_key, text, texts)
@@ -252,9 +249,6 @@ class AsyncRetrieving:
                 for t, v in zip(texts, cached, strict=True)
                 if v is None and t not in known
             ]
-            if missing and first_round_only and rounds_asked > 1:
-                nothing = np.zeros(len(texts), np.float32)
-                return nothing, np.zeros(len(texts), bool)
             if missing:
                 raise _Unpaid(list(dict.fromkeys(missing)))
             answers = [
@@ -267,7 +261,7 @@ class AsyncRetrieving:
             )
 
         try:
-            self._rounds(pool, pay, vector)
+            self._rounds(pool, pay, vector, head_only)
         except _Unpaid as unpaid:
             return unpaid.texts
         return []

@@ -96,7 +96,8 @@ def adaptive_for(config: RetrieverConfig, embedding_dim: int = 0):
     """The jitted round functions of a preset that pays in rounds (``best``,
     ``learned_calls``: the policy, ``begin``, ``select``, ``observe``,
     ``finish``), or ``None`` (``paper``, ``top_similarity``).
-    ``embedding_dim``: the width of the embeddings learned calls read."""
+    ``embedding_dim``: the width of the embeddings the calls read
+    (``learned_calls``, or ``best`` with an embedding call order)."""
     if config.preset == "learned_calls":
         policy_of = functools.partial(
             learned_calls_policy,
@@ -109,6 +110,8 @@ def adaptive_for(config: RetrieverConfig, embedding_dim: int = 0):
         adaptive_config = config.adaptive_config(config.pool_size)
         if adaptive_config is None:
             return None
+        if config.reads_embeddings:
+            adaptive_config = adaptive_config._replace(embedding_dim=embedding_dim)
         policy_of = functools.partial(adaptive_policy, adaptive_config)
         key = ("adaptive", adaptive_config)
     with _FUNCTIONS_LOCK:
@@ -178,14 +181,14 @@ def run_dummy(
     select(key, state, query)
     nothing = Observation(jnp.zeros(size), jnp.zeros(size, bool))
     observe(state, query, nothing)
-    if config.preset == "learned_calls" and not embedding_dim:
-        return  # no memory yet: the width learned calls compile for is unknown
+    if config.reads_embeddings and not embedding_dim:
+        return  # no memory yet: the width the regression compiles for is unknown
     adaptive = adaptive_for(config, embedding_dim)
     if adaptive is not None:  # the round preset's functions too
         policy, begin, select_round, observe_round, finish = adaptive
         ledger = policy.init()
         side = None
-        if config.preset == "learned_calls":
+        if config.reads_embeddings:
             side = SideInputs(
                 jnp.zeros(embedding_dim), jnp.zeros((size, embedding_dim))
             )

@@ -67,14 +67,20 @@ class RetrieverConfig(EarmSettings):
     Presets (``preset``; a folder keeps the one it was created with):
       ``"best"`` (the default for new folders): the adaptive multi-round
         policy under a hard cap of ``call_budget`` times the pool per query
-        on average (:mod:`earm_jax.policies.adaptive`);
+        on average (:mod:`earm_jax.policies.adaptive`); by default each query
+        spends its allowance, 40% down the similarity order and the rest where
+        a Bayesian regression of every answer paid so far on the question's
+        and the memory's embeddings points (``call_order="embedding"``,
+        ``stop_rule="spend"``). It keeps each query's embedding in the
+        query's record, to rebuild the regression on reopen, so
+        ``query_retention="none"`` is refused with it
+        (``call_order="similarity"`` keeps no embedding);
       ``"learned_calls"``: Top-similarity's calls (``ceil(call_budget *
         pool_size)`` per query) in two rounds: the 40% most similar, then
         where a regression of every answer paid so far on the question's and
         the memory's embeddings points (:mod:`earm_jax.policies.learned_calls`);
-        paid candidates rank by their answer, the rest by similarity. With a
-        strong trained scorer it pays deeper evidence than either ``best`` or
-        ``top_similarity`` (docs/trained-scorer.md). It keeps each query's
+        paid candidates rank by their answer, the rest by similarity
+        (docs/trained-scorer.md). It keeps each query's
         embedding in the query's record, to rebuild the regression on reopen,
         so ``query_retention="none"`` is refused with it;
       ``"top_similarity"``: scores the ``ceil(call_budget * pool_size)`` most
@@ -181,25 +187,28 @@ class RetrieverConfig(EarmSettings):
                 f"RetrieverConfig.query_retention must be one of {QUERY_RETENTIONS}, "
                 f"got {self.query_retention!r}"
             )
-        if self.call_order in EMBEDDING_ORDERS:
-            raise ValueError(
-                f"RetrieverConfig.call_order={self.call_order!r} is not served by "
-                "the retriever yet (its rounds would have to wait for the "
-                "regression of the queries ahead of them): preset='learned_calls' "
-                "pays where the same regression points"
-            )
-        if self.preset == "learned_calls" and self.query_retention == "none":
+        if self.reads_embeddings and self.query_retention == "none":
             raise ValueError(
                 "RetrieverConfig.query_retention='none' keeps nothing of a query, "
-                "but preset='learned_calls' rebuilds its regression from each "
-                "query's embedding on reopen: use query_retention='hash-only' or "
-                "'keep', or another preset"
+                f"but preset={self.preset!r} with call_order={self.call_order!r} "
+                "rebuilds its regression from each query's embedding on reopen: "
+                "use query_retention='hash-only' or 'keep', or "
+                "call_order='similarity'"
             )
         if self.synchronous not in ("FULL", "NORMAL"):
             raise ValueError(
                 f"RetrieverConfig.synchronous must be 'FULL' or 'NORMAL', got "
                 f"{self.synchronous!r}"
             )
+
+    @property
+    def reads_embeddings(self) -> bool:
+        """Whether the preset's calls follow a regression on the texts'
+        embeddings (``learned_calls``; ``best`` with an embedding call order),
+        which every query's embedding feeds and a reopen rebuilds."""
+        return self.preset == "learned_calls" or (
+            self.preset == "best" and self.call_order in EMBEDDING_ORDERS
+        )
 
     def policy(self, pool_size: int, budget_scale=None) -> AnchorPolicy:
         """The anchor policy of ``paper`` and ``top_similarity`` (``best`` and

@@ -139,8 +139,10 @@ class OnlineRetriever(
       runtime: runtime options (``query_retention``, ``top_k``, ... : the
         fields a caller may change on each open) to open with, over
         ``config``'s or, with ``config=None``, over the folder's stored ones;
-        e.g. ``{"query_retention": "none"}`` opens any folder keeping no query
-        text, with the settings it was created with. Recorded like a config's.
+        e.g. ``{"query_retention": "none"}`` opens a folder keeping no query
+        text, with the settings it was created with (not one whose calls
+        follow the texts: it rebuilds their regression from every query's
+        embedding). Recorded like a config's.
 
     Every write checks first that the journal this retriever locked is still
     the folder's (:class:`~earm_jax.store.lock.LockLostError` otherwise, with

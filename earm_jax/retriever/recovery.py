@@ -42,6 +42,9 @@ from earm_jax.store.journal import (
 )
 
 _LOG = logging.getLogger("earm_jax.retriever")
+BEST_ONLY_FIELDS = ("call_order", "stop_rule")
+"""Experience fields that only the ``best`` preset reads."""
+
 # Embedded at creation and at each open: the same model gives the same vector
 # (up to float noise across machines); another model of the same width not.
 PROBE_TEXT = "Embedder identity probe: a fixed sentence, never stored as a memory."
@@ -120,7 +123,12 @@ class Recovery:
                 ) from error
             if config is not None:
                 theirs = config.experience()
-                differ = sorted(k for k in theirs if theirs[k] != stored.get(k))
+                # Only best reads its call order and stop rule: a folder of
+                # another preset opens with any (older folders stored others).
+                unread = () if stored.get("preset") == "best" else BEST_ONLY_FIELDS
+                differ = sorted(
+                    k for k in theirs if theirs[k] != stored.get(k) and k not in unread
+                )
                 if differ:
                     detail = ", ".join(
                         f"{k}: stored {stored.get(k)!r}, given {theirs[k]!r}"
@@ -488,9 +496,9 @@ class Recovery:
     # ------------------------------------------------------------- encoding
 
     def _policy_width(self) -> int:
-        """The embedding width learned calls read (0 for the other presets):
-        the memories', or the embedder's while the folder holds none."""
-        if self.config.preset != "learned_calls":
+        """The embedding width the calls read (0 unless they follow the
+        texts): the memories', or the embedder's while the folder holds none."""
+        if not self.config.reads_embeddings:
             return 0
         if self._embeddings.size:
             return int(self._embeddings.shape[1])
@@ -506,7 +514,7 @@ class Recovery:
             np.asarray(observation.values, np.float32).tobytes(),
             np.asarray(observation.mask, np.bool_).tobytes(),
         ]
-        if self.config.preset == "learned_calls":
+        if self.config.reads_embeddings:
             # The regression is rebuilt on reopen from every query's embedding.
             parts.append(np.asarray(vector, np.float32).tobytes())
         return b"".join(parts)

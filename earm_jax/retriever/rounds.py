@@ -13,26 +13,40 @@ import numpy as np
 from earm_jax.base import Observation, Query, SideInputs
 from earm_jax.core.online import usable_candidates
 from earm_jax.policies.adaptive import Ledger
+from earm_jax.policies.adaptive.state import RoundState
+from earm_jax.policies.adaptive.stop_rules import in_similarity_head
 from earm_jax.retriever.compiled import adaptive_for, round_context
 from earm_jax.retriever.config import Retrieved
+
+
+def _in_head(policy, progress) -> bool:
+    """Whether the query's next round still pays down the similarity order."""
+    if isinstance(progress, RoundState):
+        return bool(in_similarity_head(policy.config, progress))
+    return int(progress.rounds) < 1  # learned calls: the head is the first round
 
 
 class AdaptiveRounds:
     """The ``best`` preset's half of :class:`OnlineRetriever`."""
 
-    def _rounds(self, query: Query, pay, vector=None) -> tuple[Ledger, Any, int]:
+    def _rounds(
+        self, query: Query, pay, vector=None, head_only: bool = False
+    ) -> tuple[Ledger, Any, int]:
         """The round preset's rounds for one query.
 
         ``pay(positions) -> (values, ok)`` answers one round (one batched scorer
         request live; the recorded answers on replay); ``vector`` is the query's
-        embedding (learned calls read it). Returns the policy's new carry (the
-        call ledger, the regression), its decision and the number of rounds.
+        embedding (the calls that follow the texts read it); ``head_only``
+        stops where the similarity head ends (a query planned ahead of its
+        turn: what follows reads a regression the queries before it still
+        change). Returns the policy's new carry (the call ledger, the
+        regression), its decision and the number of rounds.
         """
         policy, begin, select_round, observe_round, finish = adaptive_for(
             self.config, self._policy_width()
         )
         side = None
-        if self.config.preset == "learned_calls":
+        if self.config.reads_embeddings:
             rows = np.clip(np.asarray(query.candidates), 0, len(self._embeddings) - 1)
             side = SideInputs(np.asarray(vector, np.float32), self._embeddings[rows])
         ledger = self.ledger
@@ -54,6 +68,8 @@ class AdaptiveRounds:
         size = self.config.pool_size
         rounds = 0
         for _ in range(policy.num_rounds):
+            if head_only and not _in_head(policy, progress):
+                break
             requested = np.asarray(select_round(ledger, progress))
             if not requested.any():
                 break

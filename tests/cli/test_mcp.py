@@ -642,6 +642,7 @@ def test_retriever_flags_are_checked_before_the_server_starts(tmp_path, capsys):
     loose.chmod(0o644)
     for flags, says in (
         (["--preset", "learned_calls", "--query-retention", "none"], "keeps nothing"),
+        (["--query-retention", "none"], "--preset best pays where"),
         (["--preset", "fancy"], "--preset must be one of"),
         (["--query-retention", "forever"], "--query-retention must be one of"),
         (["--key-file", str(folder / "tenants.key")], "is inside"),

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from earm_jax.jobs.locomo import LocomoJob
-from earm_jax.settings import EarmSettings
+from earm_jax.settings import SIMILARITY_HEAD, EarmSettings
 
 REPO = Path(__file__).resolve().parents[2]
 RETIRED_KEYS = {"scorer_dtype"}  # a flag since folded into scorer_backend
@@ -81,13 +81,21 @@ def test_a_rank_in_the_settings_is_refused_naming_the_grid():
         job.validate()
 
 
-def test_the_embedding_call_order_and_the_stop_rule_reach_best():
-    earm = EarmSettings(preset="best", call_order="embedding", stop_rule="spend")
-    config = LocomoJob(data="data", ranks=(2,), earm=earm).run_settings(2)
-    adaptive = config.adaptive_config(200)
+def test_the_call_order_and_the_stop_rule_reach_best():
+    # The default best: the embedding order after a similarity head, spending.
+    config = LocomoJob(data="data", ranks=(2,), earm=EarmSettings(preset="best"))
+    adaptive = config.run_settings(2).adaptive_config(200)
     assert (adaptive.call_order, adaptive.stop_rule) == ("embedding", "spend")
-    # The texts take over after the top of the pool is paid by similarity.
-    assert adaptive.similarity_rounds == 2
-    assert EarmSettings(preset="best").adaptive_config(200).similarity_rounds == 1
+    assert adaptive.similarity_share == SIMILARITY_HEAD
+    earm = EarmSettings(
+        preset="best", call_order="similarity", stop_rule="settle_or_spill"
+    )
+    adaptive = LocomoJob(data="data", ranks=(2,), earm=earm).run_settings(2)
+    adaptive = adaptive.adaptive_config(200)
+    assert (adaptive.call_order, adaptive.stop_rule) == (
+        "similarity",
+        "settle_or_spill",
+    )
+    assert adaptive.similarity_share == 0.0
     with pytest.raises(ValueError, match="EarmSettings.stop_rule"):
         EarmSettings(stop_rule="settle")

@@ -144,6 +144,31 @@ def test_with_learned_calls_schedule_best_pays_what_learned_calls_pays(planted):
     assert np.asarray(info.calls).tolist() == [6] * T
 
 
+@pytest.mark.parametrize("planted", [False, True])
+def test_a_head_share_cuts_the_first_round_where_the_texts_take_over(planted):
+    """``similarity_share=1/3`` of 6 calls: the first round (5 by its size) is
+    cut at 2 by similarity and the texts choose the other 4, as learned calls
+    with a third of its calls in the head."""
+    stream = _full_pools(7, planted)
+    info = _best(
+        stream,
+        round_sizes=(5, 10),
+        similarity_share=1 / 3,
+        similarity_rounds=0,
+        embedding_prior_cosine=0.0,
+    )
+    _, paid = run_learned_calls(
+        learned_calls(head_fraction=1 / 3, ridge=10.0),
+        stream["queries"],
+        stream["answers"],
+        np.full(T, 6),
+        stream["query_embeddings"],
+        stream["memory_embeddings"],
+    )
+    np.testing.assert_array_equal(np.asarray(info.anchors), np.asarray(paid))
+    assert np.asarray(info.rounds).tolist() == [2] * T
+
+
 def test_before_any_answer_the_rounds_follow_similarity():
     """The prior on the cosine: with nothing learned, the first query's later
     round pays the next most similar candidates."""

@@ -92,9 +92,31 @@ def test_new_folders_take_best_and_old_folders_keep_their_preset(tmp_path):
         assert again.config.preset == "paper" and again.ledger is None
         assert again.config.call_order == "similarity"
         assert again.config.stop_rule == "settle_or_spill"
-    # Reopened with the settings it was made with (call_order included).
+    # Reopened with today's paper settings: the call order and the stop rule
+    # are best's alone, so the stored ones do not have to match.
+    assert paper.call_order == "embedding"
     with OnlineRetriever(tmp_path, KeywordScorer(), HashEmbedder(), paper) as again:
-        assert again.config.call_order == "similarity"
+        assert again.config.preset == "paper"
+
+
+def test_a_best_folder_of_the_similarity_order_refuses_todays_default(tmp_path):
+    """A best folder keeps the calls its ledger was built with: opened with
+    the default config (the embedding order, spending) it is refused, naming
+    both fields; with config=None it opens as it was made."""
+    older = dataclasses.replace(
+        CONFIG, preset="best", call_order="similarity", stop_rule="settle_or_spill"
+    )
+    with OnlineRetriever(tmp_path, KeywordScorer(), HashEmbedder(), older) as agent:
+        agent.add(memories(8))
+        agent.query("Who plays chess?")
+    today = dataclasses.replace(CONFIG, preset="best")
+    with pytest.raises(ValueError, match="call_order: stored 'similarity'.*stop_rule"):
+        OnlineRetriever(tmp_path, KeywordScorer(), HashEmbedder(), today)
+    with OnlineRetriever(tmp_path, KeywordScorer(), HashEmbedder(), None) as again:
+        assert (again.config.call_order, again.config.stop_rule) == (
+            "similarity",
+            "settle_or_spill",
+        )
 
 
 def test_top_similarity_scores_the_most_similar_candidates(tmp_path):
@@ -138,6 +160,11 @@ def test_rerank_records_new_text_as_an_edit_and_new_metadata(tmp_path):
         assert [m.metadata for m in again.get(["m1", "m2"])] == [{"v": 3}, {"v": 2}]
 
 
-def test_the_embedding_call_orders_are_refused_by_the_retriever():
-    with pytest.raises(ValueError, match="preset='learned_calls'"):
-        RetrieverConfig(preset="best", call_order="embedding")
+def test_best_follows_the_texts_by_default_and_refuses_to_keep_no_query():
+    """The default ``best`` reads every query's embedding on reopen, so
+    keeping nothing of a query is refused naming both fields."""
+    assert RetrieverConfig().reads_embeddings
+    assert not RetrieverConfig(call_order="similarity").reads_embeddings
+    with pytest.raises(ValueError, match="query_retention='none'.*call_order"):
+        RetrieverConfig(query_retention="none")
+    RetrieverConfig(query_retention="none", call_order="similarity")

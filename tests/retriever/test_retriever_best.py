@@ -8,9 +8,15 @@ import sys
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
+from earm_jax.base import SideInputs
+from earm_jax.core.online import usable_candidates
+from earm_jax.core.rounds import pay_rounds
 from earm_jax.retriever import OnlineRetriever
+from earm_jax.retriever.compiled import adaptive_for, round_context
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fakes import HashEmbedder, KeywordScorer, memories, queries  # noqa: E402
@@ -40,11 +46,14 @@ def _open(folder, config=BEST):
     return OnlineRetriever(folder, RareScorer(), HashEmbedder(), config)
 
 
+@pytest.mark.parametrize("call_order", ["embedding", "similarity"])
 @pytest.mark.parametrize("snapshot_every", [4, 1000])
 def test_best_pays_in_rounds_under_the_cap_and_a_crash_replays_the_ledger(
-    tmp_path, snapshot_every
+    tmp_path, snapshot_every, call_order
 ):
-    config = dataclasses.replace(BEST, snapshot_every=snapshot_every)
+    config = dataclasses.replace(
+        BEST, snapshot_every=snapshot_every, call_order=call_order
+    )
     texts, asks = memories(40), queries(12)
     with _open(tmp_path / "straight", config) as straight:
         straight.add(texts)
@@ -54,6 +63,9 @@ def test_best_pays_in_rounds_under_the_cap_and_a_crash_replays_the_ledger(
     assert total <= int(0.5 * config.pool_size * len(asks))
     assert all(answer.rounds <= 4 for answer in expected)
     assert any(answer.rounds >= 2 for answer in expected)
+    # The embedding order's regression is in the ledger (rebuilt on reopen).
+    learned = float(jnp.abs(ledger.embedding_fit.moment).sum())
+    assert (learned > 0) == (call_order == "embedding")
 
     first = _open(tmp_path / "b", config)
     first.add(texts)
@@ -71,6 +83,47 @@ def test_best_pays_in_rounds_under_the_cap_and_a_crash_replays_the_ledger(
             want.rounds,
             want.budget,
         )
+
+
+def test_best_pays_what_the_library_policy_chooses_where_the_texts_point(tmp_path):
+    """Query for query, the default ``best`` (similarity head, then the
+    embedding regression) pays the candidates the protocol policy's host loop
+    chooses on the same pools, answers, memory biases and embeddings."""
+    texts, asks = memories(40), queries(10)
+    scorer, embedder = RareScorer(), HashEmbedder()
+    assert BEST.call_order == "embedding" and BEST.stop_rule == "spend"
+    with OnlineRetriever(tmp_path / "a", scorer, embedder, BEST) as retriever:
+        retriever.add(texts)
+        policy = adaptive_for(BEST, embedder.width)[0]
+        ledger = policy.init()
+        for ask in asks:
+            vector = retriever._embed_queries([ask], "query")[0]
+            pool = retriever._query_pool(vector, None)
+            rows = np.asarray(pool.candidates)
+            answers = np.asarray(
+                [scorer.value(ask, retriever._texts[r]) for r in rows], np.float32
+            )
+            paid = []
+
+            def pay(positions, answers=answers, paid=paid):
+                paid.extend(int(p) for p in positions)
+                return answers[positions], np.ones(len(positions), bool)
+
+            context = round_context(
+                usable_candidates(retriever.state, pool),
+                retriever.num_queries,
+                BEST.pool_size,
+                retriever.state.memory_bias[pool.candidates],
+                SideInputs(vector, retriever._embeddings[rows]),
+            )
+            ledger, _ = pay_rounds(policy, None, ledger, pool, context, pay)
+            got = retriever.query(ask)
+            assert got.calls + got.cache_hits == len(paid)
+            anchored = {
+                m for m, a in zip(got.ranked_ids, got.anchored, strict=False) if a
+            }
+            assert anchored <= {retriever._ids[rows[p]] for p in paid}
+        assert _same_ledger(retriever.ledger, ledger)
 
 
 def test_best_query_many_equals_queries_in_turn(tmp_path):

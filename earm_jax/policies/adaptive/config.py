@@ -79,6 +79,10 @@ class AdaptiveConfig(NamedTuple):
       similarity_rounds: rounds paid down the similarity order before a
         ``"learned"`` or ``"embedding"`` call order takes over (the top of the
         pool is where similarity is right).
+      similarity_share: for the ``"embedding"`` call orders, when > 0, the
+        similarity head is this share of the query's calls (rounded up) rather
+        than ``similarity_rounds`` rounds: the round that reaches it is cut
+        there, so the texts choose the rest at every cap.
     """
 
     pool_size: int
@@ -102,6 +106,7 @@ class AdaptiveConfig(NamedTuple):
     embedding_prior_cosine: float = 1.0
     top_k: int = 10
     similarity_rounds: int = 1
+    similarity_share: float = 0.0
 
     @property
     def num_rounds(self) -> int:
@@ -189,6 +194,10 @@ def validate_adaptive_config(config: AdaptiveConfig) -> None:
     if not isinstance(config.similarity_rounds, int) or config.similarity_rounds < 0:
         raise ValueError(
             f"similarity_rounds must be an int >= 0, got {config.similarity_rounds!r}"
+        )
+    if not 0.0 <= config.similarity_share <= 1.0:
+        raise ValueError(
+            f"similarity_share must be in [0, 1], got {config.similarity_share!r}"
         )
     if not isinstance(config.top_k, int) or config.top_k < 1:
         raise ValueError(f"top_k must be a positive int, got {config.top_k!r}")

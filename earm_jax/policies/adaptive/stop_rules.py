@@ -132,10 +132,16 @@ def round_selector(
                 config.top_k,
                 config.embedding_prior_cosine,
             )
-            priority = jnp.where(rs.round >= config.similarity_rounds, texts, priority)
+            in_head = in_similarity_head(config, rs)
+            priority = jnp.where(in_head, priority, texts)
         open_rank = similarity_ranks(priority, open_)
         size = sizes[jnp.minimum(rs.round, num_rounds - 1)]
         size = jnp.minimum(size, rs.limit - rs.calls)
+        if config.call_order in EMBEDDING_ORDERS and config.similarity_share > 0:
+            # The round that reaches the head's end stops there, so the texts
+            # choose the rest of the query's calls.
+            head_left = _head_calls(config, rs) - rs.calls
+            size = jnp.where(head_left > 0, jnp.minimum(size, head_left), size)
         unsettled = ~model.settled(ledger, rs)
         size = rule.cut(config, ledger, rs, size, unsettled)
         chosen = open_ & (open_rank < size)
@@ -147,11 +153,28 @@ def round_selector(
     return select_round
 
 
+def _head_calls(config: AdaptiveConfig, rs: RoundState) -> Array:
+    """Calls paid down the similarity order before the texts lead: a share of
+    the query's limit, rounded up."""
+    share = jnp.asarray(config.similarity_share, jnp.float32)
+    return jnp.ceil(share * rs.limit.astype(jnp.float32)).astype(jnp.int32)
+
+
+def in_similarity_head(config: AdaptiveConfig, rs: RoundState) -> Array:
+    """``bool[]``: whether the next round still pays down the similarity order
+    (what a query planned ahead of its turn may pay before the regression of
+    the queries before it is known)."""
+    if config.similarity_share > 0:
+        return rs.calls < _head_calls(config, rs)
+    return rs.round < config.similarity_rounds
+
+
 __all__ = [
     "SETTLE_OR_SPILL",
     "SPEND",
     "StopRule",
     "always",
+    "in_similarity_head",
     "keep_size",
     "keep_stop_state",
     "no_stop_state",
