@@ -21,7 +21,7 @@ with probability R: the control for how much of the map is LoCoMo's structure.
 
     python experiments/regime_map.py --simulate \
         --scores experiments/scores/turns-scores.npz \
-        --points recurrence:0,recurrence:0.3,recurrence:0.6 --caps 0.10,0.25 \
+        --points recurrence:0,recurrence:0.3,recurrence:0.6 --caps 0.25 \
         --out experiments/results/regime_map/turns_simulated.json
 
 A cell already in ``--out`` is kept (the run resumes); ``--redo`` reruns it.
@@ -115,7 +115,9 @@ def _replayed(
 
 
 def _simulated(point: str, cap: float, scores: str, resamples: int) -> dict:
-    """``earm simulate --preset best --side-information`` with the recorded
+    """``earm simulate --preset best --side-information --call-order
+    embedding`` (the simulator's streams carry texts only with side
+    information, so its default order is similarity) with the recorded
     answers' profile at the point's recurrence."""
     import tempfile
 
@@ -132,6 +134,8 @@ def _simulated(point: str, cap: float, scores: str, resamples: int) -> dict:
             "best",
             "--side-information",
             "32",
+            "--call-order",
+            "embedding",
             "--scorer-profile",
             scores,
             "--recurrence",
