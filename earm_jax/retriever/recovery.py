@@ -35,6 +35,7 @@ from earm_jax.retriever.resident import trim_heap
 from earm_jax.retriever.serial import serialized
 from earm_jax.store.journal import (
     FORMAT,
+    JOURNAL_NAME,
     MARKER_NAME,
     CorruptFolderError,
     Journal,
@@ -68,7 +69,17 @@ class Recovery:
         # Runtime options asked for over the stored ones (with a config, they
         # are in it already).
         overrides = self._runtime if config is None else {}
-        runtime = config or RetrieverConfig(**overrides)
+        # Until the folder's stored settings are known only the runtime fields
+        # of this are read, held by a preset that reads no embeddings: an
+        # option such as query_retention="none" is judged with the settings
+        # the folder runs under.
+        runtime = config or RetrieverConfig(preset="paper", **overrides)
+        journal_file = self.directory / JOURNAL_NAME
+        if config is None and not (
+            journal_file.exists() and journal_file.stat().st_size > 0
+        ):
+            # A new folder takes the defaults: judged before any file is made.
+            runtime = RetrieverConfig(**overrides)
         self.scorer = scorer
         self.embedder = embedder
         self._journal = journal = Journal(
@@ -87,6 +98,8 @@ class Recovery:
                     "but the folder held a retriever: the journal was truncated "
                     "or replaced; restore it from a backup"
                 )
+            if config is None:  # a new folder takes the defaults
+                runtime = RetrieverConfig(**overrides)
             self.config = runtime
             identity = self._embedder_identity(embedder)
             with journal.transaction() as db:

@@ -120,8 +120,10 @@ class TenantRetrievers:
         self.root.mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)
         self.scorer, self.embedder, self.config = scorer, embedder, config
         self.runtime = runtime_options(runtime)
-        # Checked now, not at the first tenant: the values, and with config.
-        dataclasses.replace(config or RetrieverConfig(), **self.runtime)
+        # Checked now, not at the first tenant: the values, and with a config
+        # the combination (without one, each tenant's stored settings judge
+        # it when the tenant opens).
+        dataclasses.replace(config or RetrieverConfig(preset="paper"), **self.runtime)
         self.key_file = None if key_file is None else Path(key_file)
         self.embedding_cache = embedding_cache
         self.max_open, self.max_tenants = max_open, max_tenants

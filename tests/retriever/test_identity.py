@@ -168,3 +168,23 @@ def test_best_follows_the_texts_by_default_and_refuses_to_keep_no_query():
     with pytest.raises(ValueError, match="query_retention='none'.*call_order"):
         RetrieverConfig(query_retention="none")
     RetrieverConfig(query_retention="none", call_order="similarity")
+
+
+def test_keeping_no_query_is_judged_by_the_settings_the_folder_runs_under(tmp_path):
+    """A paper folder opens keeping no query; a new folder with the default
+    best is refused before any file is made."""
+    paper = dataclasses.replace(CONFIG, preset="paper")
+    with OnlineRetriever(tmp_path / "a", KeywordScorer(), HashEmbedder(), paper):
+        pass
+    none = {"query_retention": "none"}
+    with OnlineRetriever(
+        tmp_path / "a", KeywordScorer(), HashEmbedder(), None, runtime=none
+    ) as again:
+        assert (again.config.preset, again.config.query_retention) == (
+            "paper",
+            "none",
+        )
+    with pytest.raises(ValueError, match="query_retention='none'"):
+        OnlineRetriever(tmp_path / "b", KeywordScorer(), HashEmbedder(), runtime=none)
+    journal = tmp_path / "b" / "journal.sqlite"
+    assert not journal.exists() or journal.stat().st_size == 0
