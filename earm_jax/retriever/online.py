@@ -440,7 +440,7 @@ class OnlineRetriever(
         index = self._count
         self._ensure_room(self._rows_applied, index + 1)
         if self.similarity_only:
-            return self._finish(text, query, [], [], [], k, 0, 0)
+            return self._finish(text, query, [], [], [], k, 0, 0, vector=vector)
         if self.ledger is not None:
             return self._answer_adaptive(text, query, k, known, prepaid, vector)
         positions, rows, cached = self._prepare(text, query, index, self.state)

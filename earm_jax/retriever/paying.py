@@ -206,7 +206,8 @@ class Paying:
                     continue
                 totals[0] += int(payload.get("calls", 0))
                 totals[1] += int(payload.get("cache_hits", 0))
-                if data is not None and len(data) == 14 * size:
+                # The pool's fields lead the record (an embedding may follow).
+                if data is not None and len(data) >= 14 * size:
                     valid = np.frombuffer(data[8 * size : 9 * size], np.bool_)
                     totals[2] += int(valid.sum())
             self._usage_totals = totals

@@ -528,6 +528,10 @@ class Recovery:
             np.asarray(observation.mask, np.bool_).tobytes(),
         ]
         if self.config.reads_embeddings:
+            if vector is None:  # a record the reopen could not rebuild from
+                raise ValueError(
+                    "a query of this preset is recorded with its embedding"
+                )
             # The regression is rebuilt on reopen from every query's embedding.
             parts.append(np.asarray(vector, np.float32).tobytes())
         return b"".join(parts)

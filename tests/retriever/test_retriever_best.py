@@ -75,6 +75,8 @@ def test_best_pays_in_rounds_under_the_cap_and_a_crash_replays_the_ledger(
         assert again.config.preset == "best"
         answers += [again.query(q) for q in asks[7:]]
         assert _same_ledger(again.ledger, ledger)
+        # Read back from the records (which may carry the query's embedding).
+        assert again.usage().full_pool_calls == len(asks) * config.pool_size
     for got, want in zip(answers, expected, strict=True):
         assert got.memory_ids == want.memory_ids
         assert got.scores == want.scores
