@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
     results: dict = {name: {} for name in args.scorers}
     with contextlib.ExitStack() as stack:
         scorers = _scorers(args, stack, blend_embedder)
-        load_before = os.getloadavg()
+        load_before, nice_before = os.getloadavg(), os.nice(0)
         for index, policy in enumerate(args.policies):
             order = args.scorers if index % 2 == 0 else args.scorers[::-1]
             for name in order:
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> None:
                     f"{row['calls_per_query']:6.1f}  R@10 {row['recall@10']:.3f}",
                     flush=True,
                 )
-        load_after = os.getloadavg()
+        load_after, nice_after = os.getloadavg(), os.nice(0)
     payload = {
         "benchmark": "query_cost",
         "meta": meta,
@@ -316,6 +316,8 @@ def main(argv: list[str] | None = None) -> None:
         "scorers": {name: described for name, (_, described) in scorers.items()},
         "load_average_before": list(load_before),
         "load_average_after": list(load_after),
+        # Another job's tooling may renice a benchmark under its own work.
+        "niceness_before_after": [nice_before, nice_after],
         "machine_busy": bool(
             max(load_before[0], load_after[0]) > (os.cpu_count() or 1) / 2
         ),

@@ -163,7 +163,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         for scorer in scorers.values():  # load, export on first use, warm up
             one_pass(scorer, requests[:2], 1)
         paths = list(scorers)
-        load_before = os.getloadavg()
+        load_before, nice_before = os.getloadavg(), os.nice(0)
         runs: dict[str, dict[int, list[dict]]] = {
             p: {c: [] for c in levels} for p in paths
         }
@@ -181,7 +181,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
                         f"{path}: {pairs / last['wall_s']:.1f} pairs/s",
                         file=sys.stderr,
                     )
-        load_after = os.getloadavg()
+        load_after, nice_after = os.getloadavg(), os.nice(0)
         scorers[SERVER].close()
     reference = runs[REFERENCE][levels[0]][0]["scores"]
     results = {}
@@ -230,6 +230,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         },
         "load_average_before": list(load_before),
         "load_average_after": list(load_after),
+        # Another job's tooling may renice a benchmark under its own work.
+        "niceness_before_after": [nice_before, nice_after],
         "machine_busy": bool(max(load_before[0], load_after[0]) > cores / 2),
         "meta": meta,
     }
