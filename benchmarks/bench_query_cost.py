@@ -18,17 +18,30 @@ Top-similarity and ``best`` at ``--call-budget``, the paper's Mixed (its stage
 schedule: every candidate for the first 10 questions), Full (Top-similarity
 at every candidate).
 
-    python benchmarks/bench_query_cost.py --scorer-model BUILD/fold-0 \\
-        --conversation 26 --limit 40 --out benchmarks/results/query_cost_cpu.json
+Scorers (``--scorers``): ``in-process`` (the fold's cross-encoder in this
+process, ``--scorer-backend``, default the library's) and ``vllm`` (the same
+fold served by ``earm serve-scorer``, vLLM's pooling runner, started by the
+benchmark, through :class:`~earm_jax.scoring.vllm.VllmScorer` in ``rerank``
+mode), both with the fold's similarity blend. With both, each policy runs
+with one and then the other (the order alternating per policy), so the load
+of other jobs falls on both alike; the load average before and after is
+recorded.
 
-Writes a JSON report with the machine, versions, commit and command; not a
+    python benchmarks/bench_query_cost.py --scorer-model BUILD/fold-0 \\
+        --conversation 26 --limit 40 --scorers in-process,vllm \\
+        --out benchmarks/results/query_cost_cpu.json
+
+Writes a JSON report with the machine, versions, commit and command
+(``results[scorer][policy]``, and ``scorers[scorer]`` saying what ran); not a
 test.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import tempfile
 import time
@@ -40,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import metadata, print_table, write_json  # noqa: E402
 
 POLICIES = ("semantic", "top_similarity", "best", "paper", "full")
+SCORERS = ("in-process", "vllm")
 
 
 class TimedEmbedder:
@@ -171,7 +185,59 @@ def _check_held_out(scorer_model: Path, conversation: str) -> None:
         )
 
 
+def _scorers(args, stack: contextlib.ExitStack, blend_embedder) -> dict:
+    """Each scorer of ``--scorers`` and what it is (for the JSON)."""
+    from earm_jax.scoring.cross_encoder import CrossEncoderSettings
+    from earm_jax.scoring.scorer_manifest import model_scorer
+    from earm_jax.scoring.similarity_blend import BlendedScorer, load_blend
+
+    scorers, described = {}, {}
+    if "in-process" in args.scorers:
+        settings = CrossEncoderSettings(backend=args.scorer_backend)
+        scorers["in-process"] = model_scorer(
+            args.scorer_model, settings, embedder=blend_embedder
+        )
+        described["in-process"] = {
+            "scorer": f"trained MiniLM cross-encoder in process ({settings.backend})",
+            "backend": settings.backend,
+        }
+    if "vllm" in args.scorers:
+        from benchmarks._serve import served_scorer, vllm_version
+        from earm_jax.scoring.vllm import VllmScorer, VllmScorerConfig
+
+        name = args.scorer_model.name
+        server = stack.enter_context(served_scorer(args.scorer_model, name))
+        print(f"vllm: server up in {server['startup_s']:.0f} s", flush=True)
+        inner = stack.enter_context(
+            VllmScorer(
+                VllmScorerConfig(
+                    base_url=server["base_url"],
+                    model=name,
+                    mode="rerank",
+                    timeout_s=300.0,
+                )
+            )
+        )
+        blend = load_blend(args.scorer_model)
+        scorers["vllm"] = (
+            inner if blend is None else BlendedScorer(inner, blend, blend_embedder)
+        )
+        described["vllm"] = {
+            "scorer": "trained MiniLM cross-encoder served by earm serve-scorer "
+            "(vLLM pooling runner, float32), rerank mode",
+            "backend": "vllm-server",
+            "server_command": server["command"],
+            "server_startup_s": server["startup_s"],
+            "vllm": vllm_version(),
+        }
+    for scorer in scorers.values():  # load the model before any query is timed
+        scorer.score("warm-up", ["warm-up"])
+    return {name: (scorers[name], described[name]) for name in args.scorers}
+
+
 def main(argv: list[str] | None = None) -> None:
+    from earm_jax.scoring.cross_encoder import BACKENDS, DEFAULT_BACKEND
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scorer-model", type=Path, required=True)
     parser.add_argument("--data", default="../shared/data/locomo")
@@ -179,18 +245,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, default=40)
     parser.add_argument("--call-budget", type=float, default=0.25)
     parser.add_argument("--policies", nargs="+", default=list(POLICIES))
+    parser.add_argument(
+        "--scorers",
+        default="in-process",
+        help="comma list of in-process, vllm (earm serve-scorer)",
+    )
+    parser.add_argument("--scorer-backend", default=DEFAULT_BACKEND, choices=BACKENDS)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     unknown = sorted(set(args.policies) - set(POLICIES))
     if unknown:
         raise SystemExit(f"--policies: unknown {unknown}; choose from {POLICIES}")
+    args.scorers = [name for name in args.scorers.split(",") if name]
+    if not args.scorers or set(args.scorers) - set(SCORERS):
+        raise SystemExit(f"--scorers: a comma list of {', '.join(SCORERS)}")
     _check_held_out(args.scorer_model, args.conversation)
 
     from earm_jax.locomo import load_locomo
     from earm_jax.locomo.memories import build_memories
-    from earm_jax.scoring.scorer_manifest import model_scorer
     from earm_jax.store.embeddings import Embedder
 
+    meta = metadata(argv)
     conversations = {c.sample_id: c for c in load_locomo(args.data)}
     memory_set = build_memories(conversations[args.conversation], "turns")
     # A fresh embedding cache: every question is embedded when asked (a
@@ -201,44 +276,57 @@ def main(argv: list[str] | None = None) -> None:
     # The scorer's similarity blend embeds with a cache of its own, so what it
     # stores never answers the retriever's question embedding.
     blend_embedder = Embedder(cache_dir=Path(cache.name) / "blend")
-    scorer = model_scorer(args.scorer_model, embedder=blend_embedder)
-    results = {}
-    for policy in args.policies:
-        with tempfile.TemporaryDirectory() as folder:
-            results[policy] = run_policy(
-                policy,
-                memory_set,
-                args.limit,
-                scorer,
-                embedder,
-                args.call_budget,
-                Path(folder) / "memories",
-            )
-        row = results[policy]
-        print(
-            f"{policy:15s} p50 {row['wall_ms']['p50']:8.1f} ms  p95 "
-            f"{row['wall_ms']['p95']:8.1f} ms  calls {row['calls_per_query']:6.1f}  "
-            f"R@10 {row['recall@10']:.3f}",
-            flush=True,
-        )
+    results: dict = {name: {} for name in args.scorers}
+    with contextlib.ExitStack() as stack:
+        scorers = _scorers(args, stack, blend_embedder)
+        load_before, nice_before = os.getloadavg(), os.nice(0)
+        for index, policy in enumerate(args.policies):
+            order = args.scorers if index % 2 == 0 else args.scorers[::-1]
+            for name in order:
+                with tempfile.TemporaryDirectory() as folder:
+                    results[name][policy] = run_policy(
+                        policy,
+                        memory_set,
+                        args.limit,
+                        scorers[name][0],
+                        embedder,
+                        args.call_budget,
+                        Path(folder) / "memories",
+                    )
+                row = results[name][policy]
+                print(
+                    f"{name:10s} {policy:15s} p50 {row['wall_ms']['p50']:8.1f} ms  "
+                    f"p95 {row['wall_ms']['p95']:8.1f} ms  calls "
+                    f"{row['calls_per_query']:6.1f}  R@10 {row['recall@10']:.3f}",
+                    flush=True,
+                )
+        load_after, nice_after = os.getloadavg(), os.nice(0)
     payload = {
         "benchmark": "query_cost",
-        "meta": metadata(argv),
+        "meta": meta,
         "config": {
             "conversation": args.conversation,
             "memories": len(memory_set.memories),
             "limit": args.limit,
             "call_budget": args.call_budget,
             "scorer_model": args.scorer_model.name,
-            "scorer": "trained MiniLM cross-encoder in process (torch float32), "
-            "with its similarity blend",
+            "scorers": args.scorers,
             "embedding_model": "all-MiniLM-L6-v2 (bundled)",
         },
+        "scorers": {name: described for name, (_, described) in scorers.items()},
+        "load_average_before": list(load_before),
+        "load_average_after": list(load_after),
+        # Another job's tooling may renice a benchmark under its own work.
+        "niceness_before_after": [nice_before, nice_after],
+        "machine_busy": bool(
+            max(load_before[0], load_after[0]) > (os.cpu_count() or 1) / 2
+        ),
         "results": results,
     }
     print_table(
         [
             {
+                "scorer": name,
                 "policy": policy,
                 "p50 ms": round(row["wall_ms"]["p50"]),
                 "p95 ms": round(row["wall_ms"]["p95"]),
@@ -246,9 +334,10 @@ def main(argv: list[str] | None = None) -> None:
                 "R@10": round(row["recall@10"], 3),
                 "scorer share": round(row["share_of_time"]["scorer"], 2),
             }
-            for policy, row in results.items()
+            for name, rows in results.items()
+            for policy, row in rows.items()
         ],
-        ["policy", "p50 ms", "p95 ms", "calls", "R@10", "scorer share"],
+        ["scorer", "policy", "p50 ms", "p95 ms", "calls", "R@10", "scorer share"],
     )
     write_json(payload, args.out)
     cache.cleanup()

@@ -1,11 +1,19 @@
 """Scoring throughput on real vLLM servers: one-by-one vs batched vs concurrent.
 
-Starts the tiny random-weight test models on local vLLM CPU servers (or uses
-``--llm-url`` / ``--rerank-url``), scores the same pairs three ways and reports
-pairs/s and the client's own overhead per pair (time inside the client outside
-waiting for the server: prompt rendering, JSON, parsing, thread hand-off).
+Starts the tiny random-weight test models on local vLLM CPU servers, scores
+the same pairs three ways and reports pairs/s and the client's own overhead
+per pair (time inside the client outside waiting for the server: prompt
+rendering, JSON, parsing, thread hand-off).
 
     python benchmarks/bench_scoring.py [--out benchmarks/results/scoring_cpu.json]
+
+With ``--scorer-model FOLD`` (a trained cross-encoder, e.g. a fold of
+``earm train-scorer``), the served model against the in-process path instead
+(:mod:`benchmarks.scoring_trained`): ``earm serve-scorer`` and the in-process
+backends score the same LoCoMo pairs at 1, 4 and 16 concurrent requests.
+
+    python benchmarks/bench_scoring.py --scorer-model BUILD/fold-0 \\
+        --data ../shared/data/locomo --out benchmarks/results/scoring_trained_cpu.json
 """
 
 from __future__ import annotations
@@ -24,7 +32,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks._common import metadata, write_json  # noqa: E402
+from benchmarks import scoring_trained  # noqa: E402
+from benchmarks._common import RESULTS, metadata, write_json  # noqa: E402
 from earm_jax.jobs.metadata import machine  # noqa: E402
 from earm_jax.scoring.serve import (  # noqa: E402
     VllmServerConfig,
@@ -121,13 +130,23 @@ def versions(vllm_python: str) -> dict[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--out", default=str(REPO_ROOT / "benchmarks/results/scoring_cpu.json")
+        "--out",
+        default=None,
+        help="default: benchmarks/results/scoring_cpu.json, with --scorer-model "
+        "scoring_trained_cpu.json",
     )
     parser.add_argument("--num-queries", type=int, default=8)
     parser.add_argument("--memories-per-query", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--modes", default="yesno,rerank")
-    args = parser.parse_args()
+    scoring_trained.add_arguments(parser)
+    argv = sys.argv[1:]
+    args = parser.parse_args(argv)
+    if args.scorer_model:
+        args.out = args.out or str(RESULTS / "scoring_trained_cpu.json")
+        scoring_trained.main(args, argv)
+        return
+    args.out = args.out or str(RESULTS / "scoring_cpu.json")
 
     machine_info = machine()
     python = default_vllm_python()

@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 # are imported by tests in the subfolders that mirror the package.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from locomo_data import require_locomo  # noqa: E402
+from optional_extras import require_extra  # noqa: E402
 
 # Every XLA:CPU executable keeps a few memory mappings alive while JAX caches
 # it; a whole test run compiles tens of thousands, and Linux refuses mappings
@@ -229,23 +230,31 @@ def trained_scorer(locomo_path: Path, embedding_cache_dir: Path, tmp_path_factor
 
     Returns ``(folder, score cache path, manifest)``.
     """
+    from earm_jax.jobs.progress import Progress
     from earm_jax.jobs.train_scorer import TrainScorerJob, run_train_scorer
     from earm_jax.scoring.cross_encoder_training import TrainingSettings
 
+    # The build scores with its default, an ONNX backend.
+    require_extra("onnxruntime")
+
     def train(root: Path) -> None:
-        run_train_scorer(
-            TrainScorerJob(
-                data=str(locomo_path),
-                out=str(root / "scorer"),
-                conversations=("26", "30"),
-                limit=4,
-                folds=2,
-                validation_fraction=0.5,
-                training=TrainingSettings(max_steps=2, group_size=6, groups_per_step=2),
-                cache_dir=str(embedding_cache_dir),
-                score_cache=str(root / "scores.sqlite"),
+        with open(root / "progress.log", "w") as log:
+            run_train_scorer(
+                TrainScorerJob(
+                    data=str(locomo_path),
+                    out=str(root / "scorer"),
+                    conversations=("26", "30"),
+                    limit=4,
+                    folds=2,
+                    validation_fraction=0.5,
+                    training=TrainingSettings(
+                        max_steps=2, group_size=6, groups_per_step=2
+                    ),
+                    cache_dir=str(embedding_cache_dir),
+                    score_cache=str(root / "scores.sqlite"),
+                ),
+                Progress(stream=log),
             )
-        )
 
     # Trained once per run: the tests only read the folder and the score cache.
     root = shared_tmp_dir(tmp_path_factory, "trained-scorer")

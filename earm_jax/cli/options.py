@@ -85,6 +85,9 @@ SCORER_BACKENDS = ("torch-float32", "torch-bfloat16", "onnx-float32", "onnx-int8
 """The in-process scorer's backends (``earm_jax.scoring.cross_encoder.BACKENDS``,
 repeated here so that ``--help`` imports no torch; a test checks they agree)."""
 DEFAULT_SCORER_BACKEND = "torch-float32"
+BUILD_SCORER_BACKEND = "onnx-float32"
+"""``earm_jax.scoring.cross_encoder.BUILD_BACKEND``, repeated for ``--help`` (a
+test checks they agree)."""
 
 ScorerBackend = Annotated[
     str | None,
@@ -93,6 +96,29 @@ ScorerBackend = Annotated[
         + ", ".join(SCORER_BACKENDS)
         + f" (default {DEFAULT_SCORER_BACKEND}; onnx-* need the scorer extra; "
         "see docs/trained-scorer.md#backends).",
+        show_default=False,
+    ),
+]
+EvaluationScorerBackend = Annotated[
+    str | None,
+    typer.Option(
+        "--scorer-backend",
+        help="In-process cross-encoder: what runs it at which precision, "
+        + ", ".join(SCORER_BACKENDS)
+        + " (default: the one a trained-scorer build scored its held-out pools "
+        f"with, so its score cache answers; else {DEFAULT_SCORER_BACKEND}; "
+        "onnx-* need the scorer extra; see docs/trained-scorer.md#backends).",
+        show_default=False,
+    ),
+]
+BuildScorerBackend = Annotated[
+    str | None,
+    typer.Option(
+        "--scorer-backend",
+        help="What scores the held-out pools, at which precision: "
+        + ", ".join(SCORER_BACKENDS)
+        + f" (default {BUILD_SCORER_BACKEND}, the fastest that keeps float32's "
+        "ranking, needs the scorer extra; with --resume: the stopped build's).",
         show_default=False,
     ),
 ]
@@ -109,13 +135,24 @@ _WARNED: set[str] = set()
 
 def scorer_backend(backend: str | None, dtype: str | None) -> str:
     """The backend ``--scorer-backend`` names, or the one the deprecated
-    ``--scorer-dtype`` stands for (saying so once per process); a one-line
-    error on an unknown name or on both options disagreeing.
+    ``--scorer-dtype`` stands for (saying so once per process), else the
+    default; a one-line error on an unknown name or on both options
+    disagreeing.
 
     >>> scorer_backend("onnx-float32", None)
     'onnx-float32'
     >>> scorer_backend(None, None)
     'torch-float32'
+    """
+    return given_scorer_backend(backend, dtype) or DEFAULT_SCORER_BACKEND
+
+
+def given_scorer_backend(backend: str | None, dtype: str | None) -> str | None:
+    """:func:`scorer_backend`, ``None`` where neither option is given (the
+    command then picks its own).
+
+    >>> given_scorer_backend(None, None) is None
+    True
     """
     if backend is not None and backend not in SCORER_BACKENDS:
         raise UserError(
@@ -124,7 +161,7 @@ def scorer_backend(backend: str | None, dtype: str | None) -> str:
             "e.g. --scorer-backend onnx-float32",
         )
     if dtype is None:
-        return backend or DEFAULT_SCORER_BACKEND
+        return backend
     if dtype not in ("float32", "bfloat16"):
         raise UserError(
             f"--scorer-dtype must be float32 or bfloat16, got {dtype!r}",
@@ -197,10 +234,13 @@ __all__ = [
     "Quiet",
     "Resamples",
     "SCORER_BACKENDS",
+    "BuildScorerBackend",
+    "EvaluationScorerBackend",
     "ScorerBackend",
     "ScorerDtype",
     "ScorerMode",
     "Solver",
     "comma_names",
+    "given_scorer_backend",
     "scorer_backend",
 ]

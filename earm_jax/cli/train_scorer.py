@@ -10,16 +10,17 @@ import typer
 from earm_jax.cli.errors import user_errors
 from earm_jax.cli.locomo import resolve_data
 from earm_jax.cli.options import (
+    BUILD_SCORER_BACKEND,
+    BuildScorerBackend,
     CacheDir,
     Conversations,
     Limit,
     LocomoData,
     Quiet,
-    ScorerBackend,
     ScorerDtype,
     comma_names,
+    given_scorer_backend,
 )
-from earm_jax.cli.options import scorer_backend as resolve_scorer_backend
 
 
 def train_scorer(
@@ -66,7 +67,7 @@ def train_scorer(
             "else float32), bfloat16 or float32."
         ),
     ] = "auto",
-    scorer_backend: ScorerBackend = None,
+    scorer_backend: BuildScorerBackend = None,
     scorer_dtype: ScorerDtype = None,
     max_steps: Annotated[
         int,
@@ -96,7 +97,11 @@ def train_scorer(
     """Fine-tune a cross-encoder from MiniLM on LoCoMo (question, memory,
     evidence) pairs; write the model folder(s), a manifest and scorer profiles."""
     from earm_jax.jobs.progress import Progress
-    from earm_jax.jobs.train_scorer import TrainScorerJob, run_train_scorer
+    from earm_jax.jobs.train_scorer import (
+        TrainScorerJob,
+        run_train_scorer,
+        stopped_backend,
+    )
     from earm_jax.scoring.cross_encoder import CrossEncoderSettings
     from earm_jax.scoring.cross_encoder_training import (
         TrainingSettings,
@@ -104,7 +109,11 @@ def train_scorer(
     )
 
     data = resolve_data(data)
-    backend = resolve_scorer_backend(scorer_backend, scorer_dtype)
+    backend = (
+        given_scorer_backend(scorer_backend, scorer_dtype)
+        or (stopped_backend(out) if resume else None)
+        or BUILD_SCORER_BACKEND
+    )
     with user_errors("fix the option named above (see `earm train-scorer --help`)"):
         job = TrainScorerJob(
             data=str(data),

@@ -15,7 +15,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from earm_jax.jobs.plot_style import load_note, pyplot, save_figure, wrap_title
+from earm_jax.eval.labels import policy_label
+from earm_jax.jobs.plot_style import (
+    load_note,
+    policy_style,
+    pyplot,
+    save_figure,
+    wrap_title,
+)
 from earm_jax.jobs.policy_plots import (
     calls_figure,
     locomo_grid_figure,
@@ -271,6 +278,64 @@ def solver_quality_figure(
     return save_figure(figure, path)
 
 
+QUERY_COST_POLICIES: dict[str, str] = {"paper": "mixed"}
+"""The policy whose style a query-cost policy takes where the names differ
+(the paper's schedule is Mixed)."""
+
+
+def query_cost_figure(payload: Mapping[str, Any], path: str | Path) -> Path:
+    """Recall@10 against a query's p50 wall time, one point per policy and
+    scorer (the in-process cross-encoder filled, a served one hollow), from a
+    ``benchmarks/bench_query_cost.py`` JSON."""
+    plt = pyplot()
+    results = payload["results"]
+    if results and "wall_ms" in next(iter(results.values())):
+        # Written before the scorers were named: the in-process one only.
+        results = {"in-process": results}
+    described = payload.get("scorers", {})
+    figure, axis = plt.subplots(figsize=(7.5, 5))
+    for scorer, rows in results.items():
+        served = described.get(scorer, {}).get("backend") == "vllm-server"
+        how = "vLLM server" if served else "in process"
+        backend = described.get(scorer, {}).get("backend")
+        if backend and not served:
+            how += f", {backend}"
+        for policy, row in rows.items():
+            if row.get("recall@10") is None:
+                continue
+            key = QUERY_COST_POLICIES.get(policy, policy)
+            style = policy_style(key)
+            p50, recall = row["wall_ms"]["p50"], row["recall@10"]
+            axis.scatter(
+                [p50],
+                [recall],
+                s=70,
+                marker=style["marker"],
+                edgecolors=style["color"],
+                facecolors="none" if served else style["color"],
+                linewidths=1.5,
+                label=f"{policy_label(key)} ({how})",
+            )
+            axis.annotate(
+                policy_label(key, short=True),
+                (p50, recall),
+                textcoords="offset points",
+                xytext=(6, -10 if served else 5),
+                fontsize=8,
+            )
+    axis.set_xscale("log")
+    axis.set_xlabel("query wall time, p50 (ms, log scale)")
+    axis.set_ylabel("Recall@10 (LoCoMo evidence)")
+    config = payload.get("config", {})
+    sizes = (
+        f"conversation {config.get('conversation')}, {config.get('limit')} "
+        f"questions, {config.get('memories')} memories"
+    )
+    return _finish(
+        figure, axis, payload, "Recall@10 vs query latency", sizes, path, Series()
+    )
+
+
 class FigureSpec(NamedTuple):
     """One figure of the list: draw ``figure`` (a PNG name) of ``kind`` from the
     result JSON ``source`` (and ``with``, for ``solvers``); for ``latency``
@@ -370,6 +435,9 @@ _DRAW: dict[str, Callable[..., Path]] = {
         payload, target, spec.series()
     ),
     "solvers": _draw_solvers,
+    "query_cost": lambda payload, target, metric, spec, results_dir: query_cost_figure(
+        payload, target
+    ),
 }
 """The figure kinds a figure list may name, and how each is drawn."""
 
@@ -404,6 +472,7 @@ __all__ = [
     "Series",
     "benchmark_figures",
     "latency_figure",
+    "query_cost_figure",
     "read_figure_list",
     "solver_quality_figure",
     "solver_style",

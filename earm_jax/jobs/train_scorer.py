@@ -12,8 +12,14 @@ by a model that never saw it):
    model's last layer; the fold folder is written;
 4. with ``K > 1``: the fold's own conversations are scored whole through the
    in-process scorer and the score cache (so ``earm locomo --scorer
-   cross-encoder`` later scores nothing), and the scorer's quality there is
-   recorded.
+   cross-encoder``, which scores with the backend the build records, later
+   scores nothing), and the scorer's quality there is recorded.
+
+Pools are scored with ``scoring.backend``: by default
+:data:`~earm_jax.scoring.cross_encoder.BUILD_BACKEND`, the fastest backend
+the committed benchmark found to keep float32 torch's ranking; each progress
+line of the scoring says which backend and precision run and at how many
+pairs/s.
 
 The output folder holds ``fold-<k>/`` model folders, ``manifest.json`` (data
 digests, conversations per fold, settings, per-fold metrics, provenance) and a
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import os
 import time
@@ -47,7 +54,11 @@ from earm_jax.locomo.training_data import (
     training_groups,
     validation_questions,
 )
-from earm_jax.scoring.cross_encoder import CrossEncoderSettings
+from earm_jax.scoring.cross_encoder import (
+    BACKEND_LABELS,
+    BUILD_BACKEND,
+    CrossEncoderSettings,
+)
 from earm_jax.scoring.cross_encoder_training import (
     Calibration,
     TrainingSettings,
@@ -97,9 +108,11 @@ class TrainScorerJob:
       similarity_blend: also fit the blend of the calibrated answer with the
         pool's cosine similarity on the held-back questions
         (:mod:`earm_jax.scoring.similarity_blend`); the fold's scorer uses it.
-      scoring: how held-out pools are scored (backend, batch).
+      scoring: how held-out pools are scored (backend, batch); by default
+        with :data:`~earm_jax.scoring.cross_encoder.BUILD_BACKEND`.
       training: the fine-tuning settings.
-      cache_dir: embedding cache (None: the default).
+      cache_dir: embedding cache, and where an ONNX backend's exports go
+        (None: the default).
       score_cache: the SQLite score cache held-out scores go to (None:
         ``$EARM_CACHE_DIR/scores.sqlite``).
       resume: continue a stopped build in ``out``: the folds its manifest
@@ -121,7 +134,7 @@ class TrainScorerJob:
     hard_pool: int = 20
     validation_fraction: float = 0.1
     similarity_blend: bool = True
-    scoring: CrossEncoderSettings = CrossEncoderSettings()
+    scoring: CrossEncoderSettings = CrossEncoderSettings(backend=BUILD_BACKEND)
     training: TrainingSettings = TrainingSettings()
     cache_dir: str | None = None
     score_cache: str | None = None
@@ -148,6 +161,17 @@ class TrainScorerJob:
         if not 0.0 < self.validation_fraction < 1.0:
             raise ValueError(
                 f"validation_fraction must be in (0, 1), got {self.validation_fraction}"
+            )
+        # Checked before training: the scorer is made only after a fold's
+        # model is written, minutes in.
+        if (
+            self.scoring.runtime == "onnx"
+            and importlib.util.find_spec("onnxruntime") is None
+        ):
+            raise ValueError(
+                f"scoring backend {self.scoring.backend!r} needs onnxruntime: "
+                "pip install 'earm_jax[scorer]', or score with torch-float32 "
+                "(--scorer-backend torch-float32)"
             )
         out = Path(self.out)
         if self.resume:
@@ -188,6 +212,24 @@ class TrainScorerJob:
                 f"settings ({differ}; every option must equal the stopped build's)"
             )
         return manifest
+
+
+def stopped_backend(out: str | os.PathLike[str]) -> str | None:
+    """The scoring backend of the build in ``out`` (``None``: no manifest
+    there), so a resumed build keeps the backend it started with."""
+    path = Path(out) / MANIFEST_NAME
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    scoring = _settings_of(manifest.get("job"))
+    scoring = scoring.get("scoring") if isinstance(scoring, dict) else None
+    return scoring.get("backend") if isinstance(scoring, dict) else None
+
+
+def scoring_label(settings: CrossEncoderSettings) -> str:
+    """``onnx-float32 (ONNX Runtime, float32)``: the backend and what it is."""
+    return f"{settings.backend} ({BACKEND_LABELS[settings.backend]})"
 
 
 def _settings_of(job: dict[str, Any] | None) -> Any:
@@ -335,6 +377,27 @@ def _train_fold(
     return folder, entry, held_back
 
 
+def _scored(
+    what: str,
+    pairs: int,
+    hits: int,
+    sent: int,
+    seconds: float,
+    scoring: CrossEncoderSettings,
+) -> str:
+    """A scoring step's line: its pairs, how many the score cache answered,
+    how many the model scored and how fast, and the backend and precision
+    that scored them (``conversation 26 (turns): 900 pairs, 300 from the
+    score cache, 600 scored at 30 pairs/s by onnx-float32 (ONNX Runtime,
+    float32)``)."""
+    cached = f", {hits:,} from the score cache" if hits else ""
+    rate = f" at {sent / seconds:,.0f} pairs/s" if sent and seconds > 0 else ""
+    return (
+        f"{what}: {pairs:,} pairs{cached}, {sent:,} scored{rate} by "
+        f"{scoring_label(scoring)}"
+    )
+
+
 def _check_kept_fold(
     entry: dict[str, Any],
     folder: Path,
@@ -462,10 +525,14 @@ def run_train_scorer(
             entry["model_identity"] = model_identity(folder)
             entry["held_out"] = [_entry(data.conversation(s)) for s in held]
             write_json(record, entry)
-        scorer = model_scorer(folder, job.scoring, embedder)
+        scorer = model_scorer(folder, job.scoring, embedder, job.cache_dir)
         # A fold the stopped build finished already measured its held-back
         # questions; they matter again only for a one-fold profile.
         if name not in finished or job.folds == 1:
+            progress.note(
+                f"{name}: scoring the held-back questions' pools with "
+                f"{scoring_label(job.scoring)}"
+            )
             fold_back = FoldAnswers({s: {} for s in job.settings})
             for setting in job.settings:
                 for sample in training_ids:
@@ -485,14 +552,22 @@ def run_train_scorer(
                     progress.phase(f"{name} scoring {setting}", len(held))
                     for sample in held:
                         stream = data.stream(setting, sample)
+                        before = dataclasses.replace(cached.counters)
+                        begin = time.perf_counter()
                         answers, failures = scorer_scores(stream, cached)
                         if failures:
                             entry.setdefault("failed_pairs", {})[sample] = failures
                         fold_out.by_setting[setting][sample] = answers
                         held_out_answers.by_setting[setting][sample] = answers
                         progress.step(
-                            f"conversation {sample} ({setting}): "
-                            f"{int(stream.arrays.valid.sum())} pairs"
+                            _scored(
+                                f"conversation {sample} ({setting})",
+                                int(stream.arrays.valid.sum()),
+                                cached.counters.hits - before.hits,
+                                cached.counters.misses - before.misses,
+                                time.perf_counter() - begin,
+                                job.scoring,
+                            )
                         )
             finally:
                 cached.cache.close()
@@ -580,4 +655,6 @@ __all__ = [
     "TrainScorerJob",
     "file_digests",
     "run_train_scorer",
+    "scoring_label",
+    "stopped_backend",
 ]

@@ -24,7 +24,9 @@ identity, so no score cache and no recorded answers mix two of them; the
 torch backends keep the identity they always had (``dtype`` and
 ``max_length``, no ``backend`` entry), so caches written before backends had
 names stay valid. The default is chosen by ``benchmarks/bench_scorer_backends.py``
-(docs/trained-scorer.md, "Backends").
+(docs/trained-scorer.md, "Backends"); a build (``earm train-scorer``) scores
+its held-out pools with :data:`BUILD_BACKEND`, the fastest backend that run
+found to keep the ranking.
 
 Needs the ``embed`` extra (torch, sentence-transformers), and for the ONNX
 backends the ``scorer`` extra (onnxruntime); nothing here is imported by
@@ -64,6 +66,24 @@ default stays ``torch-float32`` until an idle-machine run confirms it, since
 a new default changes the default scorer's identity (existing score caches
 would not be hit) and needs the ``scorer`` extra (docs/trained-scorer.md,
 "Backends")."""
+
+BUILD_BACKEND: Backend = "onnx-float32"
+"""What ``earm train-scorer`` scores held-out pools with: the ``default`` of
+the committed ``benchmarks/bench_scorer_backends.py`` run (a test keeps the
+two equal), the fastest backend that keeps float32 torch's ranking by the
+rule above. :data:`DEFAULT_BACKEND` stays ``torch-float32`` for the identity
+existing score caches were written under; a build's model is new, so no cache
+holds its answers yet. An evaluation of the build scores with the backend
+its manifest records (``TrainedScorerFolder.scoring_backend``), so it finds
+them there."""
+
+BACKEND_LABELS: dict[str, str] = {
+    "torch-float32": "PyTorch, float32",
+    "torch-bfloat16": "PyTorch, bfloat16 autocast",
+    "onnx-float32": "ONNX Runtime, float32",
+    "onnx-int8": "ONNX Runtime, int8 weights",
+}
+"""What runs each backend and at which precision, for progress lines."""
 
 DTYPES: tuple[str, ...] = ("float32", "bfloat16")
 """The precisions of the torch backends (the old ``--scorer-dtype`` values)."""
@@ -190,6 +210,8 @@ class CrossEncoderScorer:
     Args:
       folder: a model folder ``sentence_transformers.CrossEncoder`` loads.
       settings: batching, length, backend, threads.
+      cache_dir: the cache an ONNX backend's export goes under (default: the
+        user's, ``$EARM_CACHE_DIR``); not part of the identity.
 
     Raises:
       ValueError: not a model folder, or an ONNX backend without onnxruntime.
@@ -203,9 +225,11 @@ class CrossEncoderScorer:
         self,
         folder: str | os.PathLike[str],
         settings: CrossEncoderSettings | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.folder = check_model_folder(folder)
         self.settings = settings or CrossEncoderSettings()
+        self.cache_dir = cache_dir
         if (
             self.settings.runtime == "onnx"
             and importlib.util.find_spec("onnxruntime") is None
@@ -239,6 +263,7 @@ class CrossEncoderScorer:
                     precision=self.settings.dtype,  # type: ignore[arg-type]
                     max_length=self.settings.max_length,
                     num_threads=self.settings.num_threads,
+                    cache_dir=self.cache_dir,
                 )
                 return self._model
             import torch
@@ -336,6 +361,8 @@ def iter_batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 
 __all__ = [
     "BACKENDS",
+    "BACKEND_LABELS",
+    "BUILD_BACKEND",
     "DEFAULT_BACKEND",
     "DEFAULT_MAX_LENGTH",
     "DTYPES",

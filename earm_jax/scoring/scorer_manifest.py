@@ -74,6 +74,21 @@ class TrainedScorerFolder:
     def folds(self) -> list[dict[str, Any]]:
         return [] if self.manifest is None else list(self.manifest["folds"])
 
+    @property
+    def scoring_backend(self) -> str | None:
+        """The backend the build scored its held-out pools with (the score
+        cache holds them under that identity); ``None`` for a plain model
+        folder. A build from before backends had names scored with the torch
+        backend of its recorded ``dtype``."""
+        job = (self.manifest or {}).get("job")
+        scoring = job.get("scoring") if isinstance(job, dict) else None
+        if not isinstance(scoring, dict):
+            return None
+        backend = scoring.get("backend")
+        if backend is None and "dtype" in scoring:
+            backend = f"torch-{scoring['dtype']}"
+        return backend if isinstance(backend, str) else None
+
     def profile_path(self, setting: str) -> Path | None:
         """The scorer profile measured for ``setting``, if the folder has one."""
         if self.manifest is None:
@@ -165,12 +180,16 @@ class TrainedScorerFolder:
 
 
 def model_scorer(
-    folder: str | os.PathLike[str], settings: Any = None, embedder: Any = None
+    folder: str | os.PathLike[str],
+    settings: Any = None,
+    embedder: Any = None,
+    cache_dir: str | os.PathLike[str] | None = None,
 ) -> Any:
     """The scorer of one model folder: the in-process cross-encoder, blended
     with the cosine similarity when the folder holds a similarity blend
     (``embedder``: the sentence encoder it was fitted with; default: the
-    bundled MiniLM, through the default embedding cache).
+    bundled MiniLM, through the default embedding cache). ``cache_dir``: where
+    an ONNX backend's export goes (default: the user's cache).
 
     Raises:
       ValueError: not a model folder, or an embedder other than the blend's.
@@ -178,7 +197,7 @@ def model_scorer(
     from .cross_encoder import CrossEncoderScorer
     from .similarity_blend import BlendedScorer, load_blend
 
-    scorer = CrossEncoderScorer(folder, settings)
+    scorer = CrossEncoderScorer(folder, settings, cache_dir=cache_dir)
     blend = load_blend(folder)
     if blend is None:
         return scorer

@@ -54,7 +54,9 @@ def test_locomo_scores_each_conversation_with_its_fold_and_pays_once(
     assert _locomo(folder, cache, locomo_path, embedding_cache_dir, out) == 0
     payload = json.loads(out.read_text())
     # Training scored the held-out pools into the same cache, under the same
-    # identity: the evaluation pays for nothing.
+    # identity (the backend its manifest records): the evaluation pays for
+    # nothing.
+    assert payload["config"]["scorer_backend"] == manifest["job"]["scoring"]["backend"]
     assert payload["scorer_counters"]["pairs_sent"] == 0
     assert payload["scorer_counters"]["cache_hits"] > 0
     held = {e["id"]: f["name"] for f in manifest["folds"] for e in f["held_out"]}

@@ -136,7 +136,7 @@ def test_earm_plots_writes_titled_figures(tmp_path, capsys):
     sources |= {figure.companion for figure in figures if figure.companion}
     for name in sources:
         payload = json.loads((RESULTS / name).read_text())
-        if isinstance(payload.get("results"), dict):
+        if "top_similarity" in (payload.get("results") or {}):
             payload = _with_best(payload)
         (results / name).write_text(json.dumps(payload))
     out = tmp_path / "figures"
@@ -183,3 +183,37 @@ def test_earm_plots_writes_nothing_unless_told_where(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "writes only where told" in err and "--in-place" in err
     assert sorted(p.name for p in results.iterdir()) == [plots.FIGURE_LIST]
+
+
+def test_the_query_cost_figure_draws_a_point_per_policy_and_scorer(
+    tmp_path, monkeypatch
+):
+    drawn = []
+    monkeypatch.setattr(
+        benchmark_plots, "save_figure", lambda figure, path: drawn.append(figure)
+    )
+    row = {"wall_ms": {"p50": 900.0}, "recall@10": 0.5}
+    payload = {
+        "results": {
+            "in-process": {"full": row, "paper": {**row, "recall@10": 0.4}},
+            "vllm": {"full": {**row, "wall_ms": {"p50": 300.0}}},
+        },
+        "scorers": {
+            "in-process": {"backend": "torch-float32"},
+            "vllm": {"backend": "vllm-server"},
+        },
+        "config": {"conversation": "26", "limit": 3, "memories": 10},
+    }
+    benchmark_plots.query_cost_figure(payload, tmp_path / "x.png")
+    axis = drawn[-1].axes[0]
+    _, texts = axis.get_legend_handles_labels()
+    assert texts == [
+        "Full (in process, torch-float32)",
+        "Mixed (EARM) (in process, torch-float32)",
+        "Full (vLLM server)",
+    ]
+    points = [tuple(c.get_offsets()[0]) for c in axis.collections]
+    assert points == [(900.0, 0.5), (900.0, 0.4), (300.0, 0.5)]
+    # the served scorer's points are hollow
+    assert axis.collections[2].get_facecolors().size == 0
+    plt.close(drawn[-1])

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from earm_jax.eval.scorer_profile import profile_from_json
-from earm_jax.jobs.train_scorer import TrainScorerJob
+from earm_jax.jobs.train_scorer import TrainScorerJob, stopped_backend
 from earm_jax.locomo.training_data import conversation_digest
+from earm_jax.scoring.cross_encoder import BUILD_BACKEND
 from earm_jax.scoring.scorer_manifest import open_scorer_folder
 
 pytestmark = [pytest.mark.slow, pytest.mark.locomo]
@@ -57,6 +58,55 @@ def test_profile_file_loads(trained_scorer):
     profile = profile_from_json(data)
     assert profile.quantiles.shape[0] == 2
     assert "cross-fitted" in data["source"]["measured_on"]
+
+
+def test_a_build_scores_with_the_fast_backend_and_says_so(trained_scorer):
+    folder, _, manifest = trained_scorer
+    assert manifest["job"]["scoring"]["backend"] == BUILD_BACKEND == "onnx-float32"
+    assert open_scorer_folder(folder).scoring_backend == BUILD_BACKEND
+    assert open_scorer_folder(folder / "fold-1").scoring_backend == BUILD_BACKEND
+    log = (folder.parent / "progress.log").read_text().splitlines()
+    label = "onnx-float32 (ONNX Runtime, float32)"
+    steps = [line for line in log if line.startswith("[fold-")]
+    scoring = [line for line in steps if " scoring turns " in line]
+    assert len(scoring) == 2  # one held-out conversation per fold
+    for line in scoring:
+        assert "scored at " in line and f"pairs/s by {label} — " in line
+        assert "ETA" in line
+    held_back = [line for line in log if "held-back questions' pools" in line]
+    assert len(held_back) == 2 and all(line.endswith(label) for line in held_back)
+
+
+def test_a_resumed_build_keeps_the_backend_it_started_with(tmp_path):
+    assert stopped_backend(tmp_path) is None
+    (tmp_path / "manifest.json").write_text(
+        json.dumps({"job": {"scoring": {"dtype": "float32", "batch_size": 64}}})
+    )
+    # A build from before backends had names scored with torch.
+    assert stopped_backend(tmp_path) == "torch-float32"
+    (tmp_path / "manifest.json").write_text(
+        json.dumps({"job": {"scoring": {"backend": "onnx-int8"}}})
+    )
+    assert stopped_backend(tmp_path) == "onnx-int8"
+
+
+def test_a_build_without_onnxruntime_stops_before_training(
+    tmp_path, locomo_path, monkeypatch
+):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "onnxruntime" else real(name, *a),
+    )
+    job = TrainScorerJob(data=str(locomo_path), out=str(tmp_path / "o"))
+    with pytest.raises(ValueError, match=r"scoring backend.*earm_jax\[scorer\]"):
+        job.validate()
+    dataclasses.replace(
+        job, scoring=dataclasses.replace(job.scoring, backend="torch-float32")
+    ).validate()
 
 
 def test_bad_jobs_name_the_field(tmp_path, locomo_path):

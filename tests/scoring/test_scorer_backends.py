@@ -8,6 +8,9 @@ agreement is a property of the computation, not of the weights' quality.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -16,7 +19,9 @@ from earm_jax.cli import options as cli_options
 from earm_jax.cli.errors import UserError
 from earm_jax.scoring.cache import CachedScorer, ScoreCache
 from earm_jax.scoring.cross_encoder import (
+    BACKEND_LABELS,
     BACKENDS,
+    BUILD_BACKEND,
     DEFAULT_BACKEND,
     CrossEncoderScorer,
     CrossEncoderSettings,
@@ -54,6 +59,19 @@ def export_cache(tmp_path_factory):
 def test_the_cli_lists_the_library_backends():
     assert cli_options.SCORER_BACKENDS == BACKENDS
     assert cli_options.DEFAULT_SCORER_BACKEND == DEFAULT_BACKEND == "torch-float32"
+
+
+def test_builds_score_with_the_committed_benchmarks_pick():
+    # The rule's pick of the committed run (fastest backend that keeps
+    # float32 torch's ranking) is what a build scores with; a rerun that
+    # picks another backend must move the constant with it.
+    results = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+    committed = json.loads((results / "scorer_backends_cpu.json").read_text())
+    assert BUILD_BACKEND == committed["default"]
+    assert committed["backends"][BUILD_BACKEND]["passes"]
+    assert cli_options.BUILD_SCORER_BACKEND == BUILD_BACKEND
+    assert cli_options.DEFAULT_SCORER_BACKEND == DEFAULT_BACKEND
+    assert set(BACKEND_LABELS) == set(BACKENDS)
 
 
 def test_torch_identities_are_those_of_before(tiny_folder):
