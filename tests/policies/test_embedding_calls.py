@@ -124,14 +124,8 @@ def _full_pools(seed, planted=False):
     return stream
 
 
-@pytest.mark.parametrize("planted", [False, True])
-def test_with_learned_calls_schedule_best_pays_what_learned_calls_pays(planted):
-    """Two rounds, the first by similarity, the second by the posterior mean,
-    every query spending its 6 calls: the calls of learned calls (head 2 of 6,
-    the same ridge and no prior on the cosine), which the float64 reference of
-    its own tests pins."""
-    stream = _full_pools(5, planted)
-    info = _best(stream, embedding_prior_cosine=0.0)
+def _learned_calls_anchors(stream):
+    """Learned calls' anchors with 6 calls per query, a third in the head."""
     _, paid = run_learned_calls(
         learned_calls(head_fraction=1 / 3, ridge=10.0),
         stream["queries"],
@@ -140,6 +134,18 @@ def test_with_learned_calls_schedule_best_pays_what_learned_calls_pays(planted):
         stream["query_embeddings"],
         stream["memory_embeddings"],
     )
+    return paid
+
+
+@pytest.mark.parametrize("planted", [False, True])
+def test_with_learned_calls_schedule_best_pays_what_learned_calls_pays(planted):
+    """Two rounds, the first by similarity, the second by the posterior mean,
+    every query spending its 6 calls: the calls of learned calls (head 2 of 6,
+    the same ridge and no prior on the cosine), which the float64 reference of
+    its own tests pins."""
+    stream = _full_pools(5, planted)
+    info = _best(stream, embedding_prior_cosine=0.0)
+    paid = _learned_calls_anchors(stream)
     np.testing.assert_array_equal(np.asarray(info.anchors), np.asarray(paid))
     assert np.asarray(info.calls).tolist() == [6] * T
 
@@ -157,14 +163,7 @@ def test_a_head_share_cuts_the_first_round_where_the_texts_take_over(planted):
         similarity_rounds=0,
         embedding_prior_cosine=0.0,
     )
-    _, paid = run_learned_calls(
-        learned_calls(head_fraction=1 / 3, ridge=10.0),
-        stream["queries"],
-        stream["answers"],
-        np.full(T, 6),
-        stream["query_embeddings"],
-        stream["memory_embeddings"],
-    )
+    paid = _learned_calls_anchors(stream)
     np.testing.assert_array_equal(np.asarray(info.anchors), np.asarray(paid))
     assert np.asarray(info.rounds).tolist() == [2] * T
 
