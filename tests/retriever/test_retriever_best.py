@@ -9,17 +9,14 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
-from earm_jax.base import SideInputs
-from earm_jax.core.online import usable_candidates
-from earm_jax.core.rounds import pay_rounds
 from earm_jax.retriever import OnlineRetriever
-from earm_jax.retriever.compiled import adaptive_for, round_context
+from earm_jax.retriever.compiled import adaptive_for
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fakes import HashEmbedder, KeywordScorer, memories, queries  # noqa: E402
+from library_rounds import library_then_retriever  # noqa: E402
 from test_retriever import CONFIG  # noqa: E402
 
 
@@ -99,32 +96,9 @@ def test_best_pays_what_the_library_policy_chooses_where_the_texts_point(tmp_pat
         policy = adaptive_for(BEST, embedder.width)[0]
         ledger = policy.init()
         for ask in asks:
-            vector = retriever._embed_queries([ask], "query")[0]
-            pool = retriever._query_pool(vector, None)
-            rows = np.asarray(pool.candidates)
-            answers = np.asarray(
-                [scorer.value(ask, retriever._texts[r]) for r in rows], np.float32
+            ledger, _, _ = library_then_retriever(
+                retriever, policy, ledger, ask, scorer
             )
-            paid = []
-
-            def pay(positions, answers=answers, paid=paid):
-                paid.extend(int(p) for p in positions)
-                return answers[positions], np.ones(len(positions), bool)
-
-            context = round_context(
-                usable_candidates(retriever.state, pool),
-                retriever.num_queries,
-                BEST.pool_size,
-                retriever.state.memory_bias[pool.candidates],
-                SideInputs(vector, retriever._embeddings[rows]),
-            )
-            ledger, _ = pay_rounds(policy, None, ledger, pool, context, pay)
-            got = retriever.query(ask)
-            assert got.calls + got.cache_hits == len(paid)
-            anchored = {
-                m for m, a in zip(got.ranked_ids, got.anchored, strict=False) if a
-            }
-            assert anchored <= {retriever._ids[rows[p]] for p in paid}
         assert _same_ledger(retriever.ledger, ledger)
 
 

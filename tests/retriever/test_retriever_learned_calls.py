@@ -14,13 +14,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from earm_jax.base import SideInputs
-from earm_jax.core.rounds import pay_rounds
 from earm_jax.retriever import OnlineRetriever
-from earm_jax.retriever.compiled import adaptive_for, round_context
+from earm_jax.retriever.compiled import adaptive_for
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fakes import HashEmbedder, KeywordScorer, memories, queries  # noqa: E402
+from library_rounds import library_then_retriever  # noqa: E402
 from test_retriever import CONFIG  # noqa: E402
 
 LEARNED = dataclasses.replace(
@@ -85,33 +84,7 @@ def test_the_retriever_pays_what_the_library_policy_chooses(tmp_path):
         policy = adaptive_for(LEARNED, embedder.width)[0]
         carry = policy.init()
         for ask in asks:
-            vector = retriever._embed_queries([ask], "query")[0]
-            pool = retriever._query_pool(vector, None)
-            rows = np.asarray(pool.candidates)
-            side_rows = retriever._embeddings[rows]
-            answers = np.asarray(
-                [scorer.value(ask, retriever._texts[r]) for r in rows], np.float32
-            )
-            paid = []
-
-            def pay(positions, answers=answers, paid=paid):
-                paid.extend(int(p) for p in positions)
-                return answers[positions], np.ones(len(positions), bool)
-
-            context = round_context(
-                pool.valid,
-                retriever.num_queries,
-                LEARNED.pool_size,
-                side=SideInputs(vector, side_rows),
-            )
-            carry, decision = pay_rounds(policy, None, carry, pool, context, pay)
-            got = retriever.query(ask)
-            want_ids = {retriever._ids[rows[p]] for p in paid}
-            anchored = {
-                m for m, a in zip(got.ranked_ids, got.anchored, strict=False) if a
-            }
-            assert anchored <= want_ids
-            assert got.calls + got.cache_hits == len(paid)
+            carry, _, _ = library_then_retriever(retriever, policy, carry, ask, scorer)
         assert _same_tree(retriever.ledger, carry)
 
 
