@@ -260,7 +260,9 @@ def locomo(
             "from the query's and memory's embeddings, fitted online, in place "
             "of the low-rank term) and learned_calls (Top-similarity's calls, "
             "the later ones where a function of the embeddings learned from "
-            "the paid answers points).",
+            "the paid answers points) and mixed_fused (Mixed's calls, every "
+            "candidate on the answer's scale: the unpaid by a regression of the "
+            "answers on the texts, the cosine and the memory's bias).",
         ),
     ] = False,
     json_path: JsonPath = None,

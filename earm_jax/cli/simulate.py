@@ -106,8 +106,8 @@ def simulate(
             "--side-information",
             help="Give memories and queries D-wide text-like embeddings (relevance "
             "partly a planted bilinear function of them; knob side_information "
-            "sets the share) and add the policies mixed_side, best_side and "
-            "learned_calls (0: off; e.g. 32).",
+            "sets the share) and add the policies mixed_side, mixed_fused, "
+            "best_side and learned_calls (0: off; e.g. 32).",
         ),
     ] = 0,
     json_path: JsonPath = None,

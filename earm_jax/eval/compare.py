@@ -20,6 +20,9 @@ With a side-information model (``side=``, :mod:`earm_jax.core.side_information`)
 and a stream that carries embeddings, ``mixed_side`` (Mixed's anchors and calls,
 completed from the texts) and, with ``adaptive``, ``best_side`` (``best`` whose
 learned order reads that completion): :mod:`earm_jax.policies.side_information`;
+``mixed_fused`` (Mixed's anchors and calls, every candidate on the answer's
+scale: the unpaid by a regression of the answers on the cosine, the texts and
+the memory's bias from earlier queries): :mod:`earm_jax.policies.fused_mixed`;
 and ``learned_calls`` (Top-similarity's calls, the later ones where a function
 of the embeddings learned from the paid answers points):
 :mod:`earm_jax.policies.learned_calls`.
@@ -51,6 +54,7 @@ from earm_jax.policies.adaptive import AdaptiveConfig, adaptive_policy, run_adap
 from earm_jax.policies.adaptive.embedding_calls import EMBEDDING_ORDERS
 from earm_jax.policies.adaptive_history import run_adaptive_with_history
 from earm_jax.policies.anchors import top_similarity_anchors
+from earm_jax.policies.fused_mixed import memory_prior, run_mixed_fused
 from earm_jax.policies.learned_calls import learned_calls, run_learned_calls
 from earm_jax.policies.rerank import anchors_first
 from earm_jax.policies.side_information import run_best_side, run_mixed_side
@@ -128,7 +132,7 @@ def compare_policies(
         ``"mixed_expand"`` (needs ``stream.relevant_memories``).
       expand_min_score: an outside memory takes a slot only with a completion
         at least this (``-inf``: no gate).
-      side: a side-information model; adds ``"mixed_side"``,
+      side: a side-information model; adds ``"mixed_side"``, ``"mixed_fused"``,
         ``"learned_calls"`` (and ``"best_side"`` with ``adaptive``); needs
         ``stream.query_embeddings`` and ``stream.memory_embeddings``.
 
@@ -262,6 +266,16 @@ def compare_policies(
             usable,
         )
         extra["mixed_side"] = PolicyRanking(mixed_side, usable, calls)
+        _, mixed_fused = run_mixed_fused(
+            stream.queries,
+            answers,
+            anchors,
+            memory_prior(bias.completed, usable),
+            usable,
+            stream.query_embeddings,
+            stream.memory_embeddings,
+        )
+        extra["mixed_fused"] = PolicyRanking(mixed_fused, usable, calls)
         top_calls = jnp.sum(top_anchors, axis=-1, dtype=jnp.int32)
         _, learned_paid = run_learned_calls(
             learned_calls(),

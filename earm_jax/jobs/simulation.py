@@ -44,7 +44,8 @@ class SimulationSettings(EarmSettings):
     ``scorer_profile``: a measured scorer's profile (the JSON ``earm
     train-scorer`` writes); the simulated answers are then drawn from it.
     ``side_information``: ``D > 0`` gives memories and queries D-wide embeddings
-    with planted relevance structure and adds ``mixed_side`` and ``best_side``.
+    with planted relevance structure and adds ``mixed_side``, ``mixed_fused``,
+    ``best_side`` and ``learned_calls``.
     ``call_order`` defaults to ``"similarity"`` here: simulated streams carry
     no texts unless ``side_information`` is set.
     """

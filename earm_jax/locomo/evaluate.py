@@ -35,7 +35,9 @@ class LocomoRunSettings(EarmSettings):
     ``expand_min_score`` (the completion an outside memory needs for a slot;
     0 admits any, the scores being clipped into [0, 1]); ``side_information``
     adds the policies ``mixed_side`` and ``best_side``, completed from the
-    texts' embeddings (:mod:`earm_jax.policies.side_information`)."""
+    texts' embeddings (:mod:`earm_jax.policies.side_information`),
+    ``mixed_fused`` (:mod:`earm_jax.policies.fused_mixed`) and
+    ``learned_calls``."""
 
     ks: tuple[int, ...] = (10, 20)
     expand: int = 0

@@ -1,5 +1,6 @@
-"""``earm simulate --side-information``: the policies mixed_side and best_side,
-their contrasts, and mixed_side's calls equal to Mixed's (same anchors)."""
+"""``earm simulate --side-information``: the policies mixed_side, mixed_fused
+and best_side, their contrasts, and mixed_side's and mixed_fused's calls equal
+to Mixed's (same anchors)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ def test_simulate_side_information_json(tmp_path):
     assert set(payload["results"]) == set(POLICIES) | {
         "best",
         "mixed_side",
+        "mixed_fused",
         "best_side",
         "learned_calls",
     }
@@ -58,10 +60,12 @@ def test_simulate_side_information_json(tmp_path):
         "mixed_side-bias_only",
         "best_side-best",
         "learned_calls-top_similarity",
+        "mixed_fused-mixed",
     ):
         assert name in payload["contrasts"]
     results = payload["results"]
     assert results["mixed_side"]["calls"] == results["mixed"]["calls"]
+    assert results["mixed_fused"]["calls"] == results["mixed"]["calls"]
     # Learned calls pay Top-similarity's calls, only elsewhere in the pool.
     assert results["learned_calls"]["calls"] == results["top_similarity"]["calls"]
 

@@ -31,7 +31,14 @@ ORDER_FEATURES = 3
 """Features of the learned order: 1, standardised similarity, standardised
 memory bias."""
 
-MERGES = ("answers_first", "confident_no", "evidence", "posterior", "anchors_first")
+MERGES = (
+    "answers_first",
+    "confident_no",
+    "evidence",
+    "posterior",
+    "anchors_first",
+    "fused",
+)
 """How direct scores and unscored candidates share one ranking; the first is the
 default."""
 
@@ -163,6 +170,12 @@ def validate_adaptive_config(config: AdaptiveConfig) -> None:
         )
     if config.merge not in MERGES:
         raise ValueError(f"merge must be one of {MERGES}, got {config.merge!r}")
+    if config.merge == "fused" and config.call_order not in CALL_ORDERS[2:]:
+        raise ValueError(
+            "merge 'fused' ranks the unpaid candidates by the embedding "
+            f"regression: set call_order to one of {CALL_ORDERS[2:]}, got "
+            f"{config.call_order!r}"
+        )
     if not 0.0 < config.settle_risk < 1.0:
         raise ValueError(f"settle_risk must be in (0, 1), got {config.settle_risk!r}")
     if len(config.rate_prior) != 2 or min(config.rate_prior) <= 0:

@@ -12,7 +12,11 @@ independent-noise stand-in it gains about 0.013 Recall@10 over
 ``answers_first``, so it stays an option; ``evidence`` sinks every answer with
 likelihood ratio <= 1; ``posterior`` ranks by the probability of relevance
 (unscored by their bucket's rate); ``anchors_first`` is ``answers_first`` with
-the unscored in similarity order.
+the unscored in similarity order; ``fused`` puts every candidate on the
+answer's own scale (the embedding call orders only): a paid candidate by its
+answer, an unpaid one by the posterior mean of the scorer's answer under the
+regression those orders fit (:mod:`~earm_jax.policies.adaptive.embedding_calls`),
+so a low answer sinks only below unpaid candidates the texts predict higher.
 
 Each merge maps ``(config, model, ledger, round_state, posterior)`` to
 ``float32[N]`` scores; the caller sets unusable candidates to ``-inf``.
@@ -24,6 +28,7 @@ from collections.abc import Callable
 
 import jax.numpy as jnp
 
+from earm_jax.policies.adaptive import embedding_calls
 from earm_jax.policies.adaptive.answer_model import AnswerModel
 from earm_jax.policies.adaptive.config import AdaptiveConfig
 from earm_jax.policies.adaptive.order import unscored_tier
@@ -87,12 +92,30 @@ def anchors_first(config, model, ledger, rs, q):
     return jnp.where(rs.scored, 2.0 + rs.values, -1e-3 * rs.rank.astype(jnp.float32))
 
 
+def fused(config, model, ledger, rs, q):
+    """One scale, the answer's: paid candidates by their answer, unpaid ones
+    by the posterior mean of the embedding regression with the query's own
+    answers folded in (its prior is the cosine, so with nothing learned the
+    unpaid keep the similarity order). Unlike :func:`posterior`, the unpaid
+    estimate is a prediction of this candidate's answer from its texts, not a
+    bucket's base rate: a paid "no" stays above an unpaid candidate the texts
+    give a lower expected answer."""
+    fitted = embedding_calls.add_answers(
+        ledger.embedding_fit, rs.phi, rs.values, rs.scored
+    )
+    mean, _ = embedding_calls.posterior(
+        fitted, rs.phi, config.embedding_ridge, config.embedding_prior_cosine
+    )
+    return jnp.where(rs.scored, rs.values, mean - 1e-7 * rs.rank.astype(jnp.float32))
+
+
 MERGE_FUNCTIONS: dict[str, Merge] = {
     "answers_first": answers_first,
     "confident_no": confident_no,
     "evidence": evidence,
     "posterior": posterior,
     "anchors_first": anchors_first,
+    "fused": fused,
 }
 """Every merge by its name in :data:`~earm_jax.policies.adaptive.config.MERGES`."""
 
@@ -104,5 +127,6 @@ __all__ = [
     "answers_first",
     "confident_no",
     "evidence",
+    "fused",
     "posterior",
 ]
