@@ -15,8 +15,8 @@ from earm_jax.cli.output import console as make_console
 VERDICTS = {
     "complete": "completing pays: with this much room above Top-similarity, a "
     "policy that uses what earlier queries paid for beat it in every cell of "
-    "the map (learned calls with the trained cross-encoder; `best` or "
-    "`best_side` with the independent-noise stand-ins)",
+    "the map (`best`, the default, in most cells; learned calls in a few "
+    "where the scorer is near-perfect)",
     "top_similarity": "score the top of the similarity order (Top-similarity): "
     "with this little room, no completing policy won anywhere in the map",
     "measure": "the room alone does not decide: in the map, scorers with this "
