@@ -317,8 +317,10 @@ def test_serve_scorer_command_starts_and_stops_a_real_server(tiny_servers):
             assert all(pair.ok for pair in client.score(QUERIES[0], MEMORIES[:2]))
         process.send_signal(signal.SIGINT)  # Ctrl-C
         # The command's own stop is bounded (30 s for SIGTERM, then 10 s after
-        # SIGKILL); the rest of the bound is for a loaded machine's teardown.
-        assert process.wait(timeout=120.0) == 0
+        # SIGKILL); the rest of the bound is for the interpreter's teardown on a
+        # loaded machine (over 120 s twice, with the other vLLM module's server
+        # starting on the second core). It is a bound on a hang, not a timing.
+        assert process.wait(timeout=300.0) == 0
         with pytest.raises(httpx.TransportError):
             httpx.get(base_url + "/health", timeout=5.0)
     finally:
