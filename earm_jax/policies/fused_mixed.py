@@ -29,9 +29,8 @@ Every feature is one the query's own answers have not shaped. Mixed's
 completion is not one: its row part (:math:`c_t + u_m \cdot v_t`) is fitted
 on the very anchors the regression learns from, so at a paid candidate it
 nearly repeats the answer, the regression learns to trust it, and unpaid
-candidates inherit a completion that is far weaker out of sample (with the
-completion as a feature, fused Mixed fell to 0.25 Recall@10 at 10% of the
-calls on the trained scorer's answers, below Semantic's 0.45).
+candidates inherit a completion that is far weaker out of sample
+(docs/design-notes.md measures it).
 The answers of the query being ranked join the fit before it is ranked, as a
 round's would.
 
@@ -63,6 +62,7 @@ from earm_jax.policies.adaptive.embedding_calls import (
     empty_fit,
     posterior,
 )
+from earm_jax.policies.adaptive.state import similarity_ranks
 from earm_jax.policies.learned_calls import call_features
 from earm_jax.types import Array, ArrayLike
 
@@ -168,7 +168,7 @@ def run_mixed_fused(
         paid = paid & use
         fit = add_answers(fit, phi, row, paid)
         mean, _ = posterior(fit, phi, ridge, prior_cosine)
-        rank = jnp.argsort(jnp.argsort(-jnp.where(use, query.similarity, -jnp.inf)))
+        rank = similarity_ranks(query.similarity, use)
         unpaid = mean - 1e-7 * rank.astype(jnp.float32)
         scores = jnp.where(paid, row, unpaid)
         return fit, jnp.where(use, scores, -jnp.inf)

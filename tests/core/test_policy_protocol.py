@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from text_pools import random_text_pools
 
 import earm_jax as ej
 from earm_jax.core.rounds import pay_query
@@ -25,12 +26,7 @@ M, N, D, T = 40, 12, 6, 9
 
 def _stream(seed: int = 0) -> ej.Stream:
     rng = np.random.default_rng(seed)
-    memories = rng.normal(size=(M, D))
-    memories /= np.linalg.norm(memories, axis=1, keepdims=True)
-    embeddings = rng.normal(size=(T, D))
-    embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
-    candidates = np.stack([rng.choice(M, N, replace=False) for _ in range(T)])
-    similarity = np.einsum("td,tnd->tn", embeddings, memories[candidates])
+    memories, embeddings, candidates, similarity = random_text_pools(rng, M, T, N, D)
     relevant = rng.random((T, N)) < 0.2
     scores = np.clip(relevant + 0.1 * rng.normal(size=(T, N)), 0.0, 1.0)
     valid = np.ones((T, N), bool)

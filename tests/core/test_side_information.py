@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from text_pools import random_text_pools
 
 from earm_jax.base import Observation, Query
 from earm_jax.core.side_information import shared_start, side_information
@@ -19,13 +20,8 @@ M, N, D, T = 40, 12, 6, 15
 def _stream(seed=0, metric=None, noise=0.05):
     """Random embeddings; answers a planted diagonal metric plus noise."""
     rng = np.random.default_rng(seed)
-    memories = rng.normal(size=(M, D))
-    memories /= np.linalg.norm(memories, axis=1, keepdims=True)
-    queries = rng.normal(size=(T, D))
-    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    memories, queries, candidates, similarity = random_text_pools(rng, M, T, N, D)
     metric = np.ones(D) if metric is None else metric
-    candidates = np.stack([rng.choice(M, N, replace=False) for _ in range(T)])
-    similarity = np.einsum("td,tnd->tn", queries, memories[candidates])
     truth = np.einsum("d,td,tnd->tn", metric, queries, memories[candidates])
     values = np.clip(0.5 + truth + noise * rng.normal(size=(T, N)), 0, 1)
     mask = rng.random((T, N)) < 0.5

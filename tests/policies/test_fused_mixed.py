@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from text_pools import random_text_pools
 
 import earm_jax as ej
 from earm_jax.base import Query, SideInputs
@@ -26,12 +27,9 @@ M, N, D, T = 50, 12, 6, 10
 
 def _stream(seed=0, num_queries=T, texts=True):
     rng = np.random.default_rng(seed)
-    memories = rng.normal(size=(M, D))
-    memories /= np.linalg.norm(memories, axis=1, keepdims=True)
-    queries = rng.normal(size=(num_queries, D))
-    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
-    candidates = np.stack([rng.choice(M, N, replace=False) for _ in range(num_queries)])
-    similarity = np.einsum("td,tnd->tn", queries, memories[candidates])
+    memories, queries, candidates, similarity = random_text_pools(
+        rng, M, num_queries, N, D
+    )
     valid = np.ones((num_queries, N), bool)
     valid[:, -2:] = rng.random((num_queries, 2)) < 0.5
     return dict(

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from text_pools import random_text_pools
 
 from earm_jax.base import Query
 from earm_jax.policies.learned_calls import learned_calls, run_learned_calls
@@ -20,14 +21,9 @@ M, N, D, T = 60, 16, 8, 12
 
 def _stream(seed=0, num_queries=T, pool=N, planted=False):
     rng = np.random.default_rng(seed)
-    memories = rng.normal(size=(M, D))
-    memories /= np.linalg.norm(memories, axis=1, keepdims=True)
-    queries = rng.normal(size=(num_queries, D))
-    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
-    candidates = np.stack(
-        [rng.choice(M, pool, replace=False) for _ in range(num_queries)]
+    memories, queries, candidates, similarity = random_text_pools(
+        rng, M, num_queries, pool, D
     )
-    similarity = np.einsum("td,tnd->tn", queries, memories[candidates])
     order = np.argsort(-similarity, axis=1)  # pools in descending similarity
     candidates = np.take_along_axis(candidates, order, 1)
     similarity = np.take_along_axis(similarity, order, 1)

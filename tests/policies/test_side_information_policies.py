@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from text_pools import random_text_pools
 
 from earm_jax.base import Query
 from earm_jax.core.side_information import shared_start, side_information
@@ -24,13 +25,8 @@ def _planted(seed=0, T=T):
     """Relevance a diagonal metric of the embeddings decides, hidden from the
     similarity (which is the plain cosine)."""
     rng = np.random.default_rng(seed)
-    memories = rng.normal(size=(M, D))
-    memories /= np.linalg.norm(memories, axis=1, keepdims=True)
-    queries = rng.normal(size=(T, D))
-    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    memories, queries, candidates, similarity = random_text_pools(rng, M, T, N, D)
     metric = np.array([3.0, -3.0, 0.0, 0.0, 0.0])
-    candidates = np.stack([rng.choice(M, N, replace=False) for _ in range(T)])
-    similarity = np.einsum("td,tnd->tn", queries, memories[candidates])
     signal = np.einsum("d,td,tnd->tn", metric, queries, memories[candidates])
     answers = (signal > np.quantile(signal, 0.8, axis=1, keepdims=True)).astype(
         np.float32
