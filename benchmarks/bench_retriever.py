@@ -509,14 +509,14 @@ def main(argv: list[str] | None = None) -> None:
         main_async(args, argv)
         return
     if args.no_trim:
-        import earm_jax.retriever.growth as growth
+        import earm_jax.retriever.experience as experience
         import earm_jax.retriever.recovery as recovery
 
-        growth.trim_heap = recovery.trim_heap = lambda: False
+        experience.trim_heap = recovery.trim_heap = lambda: False
     if args.no_evict:
-        import earm_jax.retriever.growth as growth
+        import earm_jax.retriever.experience as experience
 
-        growth.left_behind = lambda *_: 0
+        experience.left_behind = lambda *_: 0
     if args.quick:
         args.memories, args.queries = [1000], 300
         args.tenants, args.tenant_memories, args.tenant_queries = 3, 200, 600

@@ -44,8 +44,6 @@ for it and never awaits while holding it.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -54,7 +52,7 @@ import numpy as np
 
 from earm_jax.base import Query
 from earm_jax.retriever.config import Memory, MemoryId, Retrieved, Usage
-from earm_jax.retriever.paying import checked_answers
+from earm_jax.retriever.turns import QueryQueue, Turn
 from earm_jax.retriever.validation import check_texts
 from earm_jax.scoring.base import PairScore
 
@@ -65,15 +63,6 @@ _TURN_POLL_S = 0.05
 its turn comes; the poll only covers retrievers shared by several loops)."""
 
 
-class _Turn:
-    """One query's place in the queue of asynchronous queries."""
-
-    __slots__ = ("event",)
-
-    def __init__(self) -> None:
-        self.event = asyncio.Event()
-
-
 class _Unpaid(Exception):
     """Raised out of a dry run of the rounds: these memory texts are unpaid."""
 
@@ -82,77 +71,13 @@ class _Unpaid(Exception):
         self.texts = texts
 
 
-def _in_daemon_thread(fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
-    """``fn(*args)`` in a new daemon thread, as a future of the running loop
-    (a daemon, so a scorer that never returns never holds the process)."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[_T] = loop.create_future()
-
-    def deliver(result: Any, error: BaseException | None) -> None:
-        if future.done():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)
-
-    def run() -> None:
-        result, error = None, None
-        try:
-            result = fn(*args)
-        except BaseException as caught:  # noqa: BLE001 - reported per pair
-            error = caught
-        try:
-            loop.call_soon_threadsafe(deliver, result, error)
-        except RuntimeError:  # the loop is closed: nobody waits any more
-            pass
-
-    threading.Thread(target=run, name="earm-scorer-call", daemon=True).start()
-    return future
-
-
 class AsyncRetrieving:
     """Coroutine methods of :class:`~earm_jax.retriever.online.OnlineRetriever`."""
 
     # ------------------------------------------------------------ machinery
 
     def _init_async(self) -> None:
-        self._turns: list[_Turn] = []
-        self._turns_lock = threading.Lock()
-        # Pairs being paid by a coroutine now: another that needs one awaits
-        # its answer instead of paying it again.
-        self._paying: dict[tuple[str, str], concurrent.futures.Future] = {}
-
-    def _claim(
-        self, text: str, memories: list[str]
-    ) -> tuple[list[str], dict[str, concurrent.futures.Future]]:
-        """Splits ``memories`` into the pairs this coroutine pays (claimed)
-        and those another coroutine is paying (their futures)."""
-        mine, theirs = [], {}
-        with self._turns_lock:
-            for memory in memories:
-                future = self._paying.get((text, memory))
-                if future is None:
-                    self._paying[(text, memory)] = concurrent.futures.Future()
-                    mine.append(memory)
-                else:
-                    theirs[memory] = future
-        return mine, theirs
-
-    def _settle(
-        self, text: str, memories: list[str], answers: Mapping[str, PairScore]
-    ) -> None:
-        """Hands the answers of claimed pairs to whoever waits (a pair left
-        unanswered, by a cancellation, is cancelled: the waiter pays it)."""
-        with self._turns_lock:
-            futures = [self._paying.pop((text, m), None) for m in memories]
-        for memory, future in zip(memories, futures, strict=True):
-            if future is None or future.done():
-                continue
-            if memory in answers:
-                future.set_result(answers[memory])
-            else:
-                future.cancel()
+        self._queue = QueryQueue()
 
     async def _locked(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         """``fn(*args, **kwargs)`` under the retriever's lock, taken without
@@ -165,49 +90,6 @@ class AsyncRetrieving:
             return fn(*args, **kwargs)
         finally:
             self._mutex.release()
-
-    def _join_queue(self, count: int = 1) -> list[_Turn]:
-        turns = [_Turn() for _ in range(count)]
-        with self._turns_lock:
-            self._turns.extend(turns)
-            if self._turns and self._turns[0] is turns[0]:
-                turns[0].event.set()
-        return turns
-
-    def _leave_queue(self, turn: _Turn) -> None:
-        with self._turns_lock:
-            was_first = bool(self._turns) and self._turns[0] is turn
-            if turn in self._turns:
-                self._turns.remove(turn)
-            head = self._turns[0] if self._turns and was_first else None
-        if head is not None:
-            head.event.set()
-
-    def _position(self, turn: _Turn) -> int:
-        with self._turns_lock:
-            return self._turns.index(turn)
-
-    async def _ascore(
-        self, requests: list[tuple[str, list[str]]]
-    ) -> list[list[PairScore]]:
-        """:meth:`_score`, awaited: the scorer's ``ascore_many`` or a daemon
-        thread; every fault becomes a failure."""
-        if not requests:
-            return []
-        timeout = self.config.scorer_timeout
-        native = getattr(self.scorer, "ascore_many", None)
-        try:
-            if native is not None:
-                call = native(requests)
-            else:
-                call = _in_daemon_thread(self.scorer.score_many, requests)
-            answers = await asyncio.wait_for(call, timeout)
-        except TimeoutError:
-            reason = f"timeout after {timeout:g} s"
-            return [[PairScore.failure(reason)] * len(m) for _, m in requests]
-        except Exception as error:  # noqa: BLE001 - reported per pair
-            return checked_answers(requests, None, error)
-        return checked_answers(requests, answers)
 
     # ----------------------------------------------------------- one query
 
@@ -224,14 +106,16 @@ class AsyncRetrieving:
         ``known``, were it recorded at ``index`` now (no state changes)."""
         if self.similarity_only:
             return []
-        if self.ledger is None:
-            ahead = self.state._replace(count=jnp.asarray(index, jnp.int32))
+        memory_texts = self.rows.texts
+        if self.experience.ledger is None:
+            state = self.experience.state
+            ahead = state._replace(count=jnp.asarray(index, jnp.int32))
             _, rows, cached = self._prepare(text, pool, index, ahead)
             return list(
                 dict.fromkeys(
-                    self._texts[r]
+                    memory_texts[r]
                     for r, v in zip(rows, cached, strict=True)
-                    if v is None and self._texts[r] not in known
+                    if v is None and memory_texts[r] not in known
                 )
             )
 
@@ -242,8 +126,8 @@ class AsyncRetrieving:
 
         def pay(positions: np.ndarray):
             rows = np.asarray(pool.candidates)[positions]
-            texts = [self._texts[r] for r in rows]
-            cached = self._journal.get_scores(self._scorer_key, text, texts)
+            texts = [memory_texts[r] for r in rows]
+            cached = self.payer.cached(text, texts)
             missing = [
                 t
                 for t, v in zip(texts, cached, strict=True)
@@ -271,7 +155,7 @@ class AsyncRetrieving:
         text: str,
         pool_of: Callable[[], tuple[Query, np.ndarray]],
         k: int,
-        turn: _Turn,
+        turn: Turn,
         known: dict[str, PairScore],
         prepaid: int,
     ) -> Retrieved | tuple[list[str], int]:
@@ -279,8 +163,8 @@ class AsyncRetrieving:
         turn and nothing is unpaid, else the unpaid texts and the index hint."""
         self._check_open()
         pool, vector = pool_of()
-        position = self._position(turn)
-        index = self._count + position
+        position = self._queue.position(turn)
+        index = self.experience.count + position
         missing = self._unpaid(text, pool, index, known, vector, position > 0)
         if not missing and position == 0:
             return self._answer(text, pool, k, known, prepaid, vector)
@@ -290,27 +174,23 @@ class AsyncRetrieving:
         self, text: str, answers: Mapping[str, PairScore], index: int
     ) -> None:
         self._check_open()
-        self._journal.put_scores(
-            self._scorer_key,
-            [(text, m, a.value) for m, a in answers.items() if a.ok],
-            index,
-        )
+        self.payer.store(text, answers, index)
 
     async def _pay_ahead(
         self, text: str, missing: list[str], index: int, known: dict[str, PairScore]
     ) -> int:
         """Pays the unpaid pairs nobody else is paying, stores their answers,
         awaits the others'; returns how many pairs this coroutine paid."""
-        mine, theirs = self._claim(text, missing)
+        mine, theirs = self._queue.claim(text, missing)
         fresh: dict[str, PairScore] = {}
         try:
             if mine:
-                answers = (await self._ascore([(text, mine)]))[0]
+                answers = (await self.payer.ascore([(text, mine)]))[0]
                 paid = dict(zip(mine, answers, strict=True))
                 await self._locked(self._store_paid, text, paid, index)
                 fresh = paid
         finally:
-            self._settle(text, mine, fresh)
+            self._queue.settle(text, mine, fresh)
         # Mine count as this query's calls; of theirs only the failures are
         # kept (a scored pair is stored: the next look finds it, a cache hit).
         known.update(fresh)
@@ -333,7 +213,7 @@ class AsyncRetrieving:
         text: str,
         pool_of: Callable[[], tuple[Query, np.ndarray]],
         k: int,
-        turn: _Turn,
+        turn: Turn,
     ) -> Retrieved:
         known: dict[str, PairScore] = {}
         prepaid = 0
@@ -349,13 +229,13 @@ class AsyncRetrieving:
                     prepaid += await self._pay_ahead(text, missing, index, known)
                     continue
                 # Paid ahead: wait for the turn (a cheap look, no dry run).
-                while self._position(turn) != 0:
+                while self._queue.position(turn) != 0:
                     try:
                         await asyncio.wait_for(turn.event.wait(), _TURN_POLL_S)
                     except TimeoutError:
                         pass
         finally:
-            self._leave_queue(turn)
+            self._queue.leave(turn)
 
     # ----------------------------------------------------------- public API
 
@@ -365,7 +245,7 @@ class AsyncRetrieving:
         """:meth:`query`, awaited (the scoring of concurrent queries overlaps)."""
         text, k, where = await self._locked(self._checked_query, text, k, where)
         vector = self._embed_queries([text], "query")[0]
-        (turn,) = self._join_queue()
+        (turn,) = self._queue.join()
         return await self._answer_async(
             text, lambda: (self._query_pool(vector, where), vector), k, turn
         )
@@ -381,7 +261,7 @@ class AsyncRetrieving:
             return []
         _, k, _ = await self._locked(self._checked_query, texts[0], k, None)
         vectors = self._embed_queries(texts, "texts")
-        turns = self._join_queue(len(texts))
+        turns = self._queue.join(len(texts))
         tasks = [
             self._answer_async(
                 text,
@@ -414,7 +294,7 @@ class AsyncRetrieving:
         await self._locked(self._register_candidates, parsed)
         ids = [p[0] for p in parsed]
         scores = None if parsed[0][2] is None else [p[2] for p in parsed]
-        (turn,) = self._join_queue()
+        (turn,) = self._queue.join()
         return await self._answer_async(
             query, lambda: (self._candidate_pool(ids, scores, vector), vector), k, turn
         )

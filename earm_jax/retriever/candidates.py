@@ -1,6 +1,7 @@
 """The candidate pools ``rerank`` is given: checked entries, the unknown ones
-added and the edited ones updated, and the pool of the live ones by similarity.
-A mixin of :class:`~earm_jax.retriever.online.OnlineRetriever`."""
+added and the edited ones updated, and the pool of the live ones by similarity
+(:meth:`~earm_jax.retriever.memory_rows.MemoryRows.given_pool`). Part of
+:class:`~earm_jax.retriever.online.OnlineRetriever`; it holds no state."""
 
 from __future__ import annotations
 
@@ -11,19 +12,16 @@ from typing import Any
 import numpy as np
 
 from earm_jax.base import Query
+from earm_jax.retriever.memory_rows import MemoryRows
 from earm_jax.retriever.validation import check_id, check_k, check_text, metadata_json
 
 
 class CandidatePools:
-    """``rerank``'s candidates (state and ``add``/``update``/``_pool`` come
-    from the retriever)."""
+    """``rerank``'s candidates (the rows and ``add``/``update`` come from the
+    retriever)."""
 
     config: Any
-    _row_of: dict
-    _retired_ids: set
-    _texts: list
-    _metadata: list
-    _embeddings: np.ndarray
+    rows: MemoryRows
 
     def _parse_candidates(self, query, candidates, k):
         """The checked query, ``k`` and ``(id, text, score, metadata)`` entries."""
@@ -58,7 +56,7 @@ class CandidatePools:
             ):
                 raise ValueError(f"candidates[{i}].score must be a finite number")
             metadata_json(meta, f"candidates[{i}].metadata")
-            if mid in self._retired_ids and mid not in self._row_of:
+            if mid in self.rows.retired_ids and mid not in self.rows.row_of:
                 raise ValueError(f"candidates[{i}]: id {mid!r} was deleted")
             parsed.append((mid, text, score, meta))
         if len({p[0] for p in parsed}) != len(parsed):
@@ -69,7 +67,8 @@ class CandidatePools:
 
     def _register_candidates(self, parsed) -> None:
         """Adds the unknown candidates, updates the edited ones."""
-        new = [(m, t, meta) for m, t, _, meta in parsed if m not in self._row_of]
+        table = self.rows
+        new = [(m, t, meta) for m, t, _, meta in parsed if m not in table.row_of]
         if new:
             self.add(
                 [t for _, t, _ in new],
@@ -82,25 +81,16 @@ class CandidatePools:
         for mid, text, _, meta in parsed:
             if mid in added:
                 continue
-            row = self._row_of[mid]
-            if self._texts[row] != text or (
-                meta is not None and dict(meta) != self._metadata[row]
+            row = table.row_of[mid]
+            if table.texts[row] != text or (
+                meta is not None and dict(meta) != table.metadata[row]
             ):
                 self.update(mid, text, meta)
 
     def _candidate_pool(self, ids, scores, vector) -> Query:
         """The pool of the live ones of ``ids`` (their current versions), by the
         given similarity ``scores`` or else the embedder's cosine."""
-        live = [i for i, mid in enumerate(ids) if mid in self._row_of]
-        if not live:
-            raise ValueError("every candidate was deleted")
-        rows = np.array([self._row_of[ids[i]] for i in live], np.int64)
-        if scores is not None:
-            similarity = np.array([scores[i] for i in live], np.float32)
-        else:
-            similarity = (self._embeddings[rows] @ vector).astype(np.float32)
-        order = np.lexsort((np.arange(len(rows)), -similarity))
-        return self._pool(rows[order], similarity[order])
+        return self.rows.given_pool(ids, scores, vector, self.config.pool_size)
 
 
 __all__ = ["CandidatePools"]

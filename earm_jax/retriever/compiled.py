@@ -23,9 +23,10 @@ from earm_jax.retriever.config import RetrieverConfig
 # of the process (tenants, reopenings), so nothing compiles twice.
 _FUNCTIONS: dict[tuple, tuple[Any, Any]] = {}
 _FUNCTIONS_LOCK = threading.Lock()
-# The retrievers of the process (open or not: a closed one holds no shape), so
-# a shape is dropped only when none holds it or could still grow into it.
-_RETRIEVERS: weakref.WeakSet = weakref.WeakSet()
+# The experiences of the process's retrievers (open or not: a closed one holds
+# no shape), so a shape is dropped only when none holds it or could still grow
+# into it.
+_HOLDERS: weakref.WeakSet = weakref.WeakSet()
 
 
 def functions_for(solver_config: SolverConfig, config: RetrieverConfig):
@@ -37,11 +38,12 @@ def functions_for(solver_config: SolverConfig, config: RetrieverConfig):
         return _FUNCTIONS[key]
 
 
-def track(retriever) -> None:
-    """Counts ``retriever`` (its ``solver_config`` and ``config``) among the
-    holders of compiled shapes until it is closed or collected."""
+def track(holder) -> None:
+    """Counts ``holder`` (a retriever's experience: its ``solver_config``,
+    ``config`` and ``active``) among the holders of compiled shapes until it
+    is closed or collected."""
     with _FUNCTIONS_LOCK:
-        _RETRIEVERS.add(retriever)
+        _HOLDERS.add(holder)
 
 
 def left_behind(solver_config: SolverConfig, config: RetrieverConfig) -> int:
@@ -69,9 +71,9 @@ def left_behind(solver_config: SolverConfig, config: RetrieverConfig) -> int:
     with _FUNCTIONS_LOCK:
         held = [
             other.solver_config
-            for other in list(_RETRIEVERS)
-            if getattr(other, "_journal", None) is not None
-            and isinstance(getattr(other, "solver_config", None), SolverConfig)
+            for other in list(_HOLDERS)
+            if other.active
+            and isinstance(other.solver_config, SolverConfig)
             and policy_key(other.config) == policy
         ]
         stale = [

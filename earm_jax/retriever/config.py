@@ -213,7 +213,8 @@ class RetrieverConfig(EarmSettings):
     def policy(self, pool_size: int, budget_scale=None) -> AnchorPolicy:
         """The anchor policy of ``paper`` and ``top_similarity`` (``best`` and
         ``learned_calls`` pick their anchors in rounds:
-        :mod:`earm_jax.retriever.rounds`; the solver stores what they paid)."""
+        :meth:`earm_jax.retriever.experience.Experience.rounds`; the solver
+        stores what they paid)."""
         if self.preset not in ("top_similarity", "learned_calls"):
             return super().policy(pool_size, budget_scale)
         calls = min(pool_size, math.ceil(self.call_budget * pool_size))

@@ -44,12 +44,28 @@ starts with no observations. ``delete(ids)`` retires the rows: never a
 candidate, never scored, never returned again; ids are never reused. The
 chronological key of a memory is the position of its first version.
 
-Where the parts live: settings and answers in ``config.py``, input checks in
-``validation.py``, the compiled functions in ``compiled.py``, paying the scorer
-in ``paying.py``, opening, replay and snapshots in ``recovery.py``, buffer
-growth and compiling ahead in ``growth.py``, the memory table (add, update,
-delete, the similarity pool) in ``table.py``, the ``best`` preset's rounds in
-``rounds.py``; this module assembles them and answers queries.
+What a retriever holds, each part with one owner (a change goes where its
+owner lives):
+
+* ``rows`` (:class:`~earm_jax.retriever.memory_rows.MemoryRows`,
+  ``memory_rows.py``): every memory version's id, text, metadata and
+  embedding, which are live, and the similarity pools drawn from them;
+* ``experience`` (:class:`~earm_jax.retriever.experience.Experience`,
+  ``experience.py``): the solver state, its buffer shapes (grown and compiled
+  ahead there), the round preset's call ledger, the query count;
+* ``payer`` (:class:`~earm_jax.retriever.paying.ScorerPath`, ``paying.py``):
+  the scorer, its identity in the score cache, the failure counts;
+* the journal (:class:`~earm_jax.store.journal.Journal`), opened, checked,
+  replayed and snapshotted by ``recovery.py``, which also keeps the snapshot
+  schedule; the folder lock and the call lock (``serial.py``) beside it.
+
+The calls that change them: ``add``, ``update``, ``delete`` in
+``memory_writes.py``; ``rerank``'s candidates in ``candidates.py``; the
+coroutine twins in ``asynchronous.py`` (its query queue in ``turns.py``);
+settings and answers in ``config.py``, input checks in ``validation.py``, the
+compiled functions in ``compiled.py``. This module assembles them and answers
+queries: each query is written to the journal first, and the rows, the
+experience and the snapshot schedule take it after the commit.
 """
 
 from __future__ import annotations
@@ -57,33 +73,33 @@ from __future__ import annotations
 import dataclasses
 import os
 import sqlite3
-import threading
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from earm_jax.base import NOT_INSERTED, Observation, Query
+from earm_jax.base import Observation, Query, SideInputs
+from earm_jax.core.config import SolverConfig, SolverState
 from earm_jax.retriever.asynchronous import AsyncRetrieving
 from earm_jax.retriever.candidates import CandidatePools
-from earm_jax.retriever.compiled import functions_for
 from earm_jax.retriever.config import (
     NO_SCORER,
     MemoryId,
     Retrieved,
     RetrieverConfig,
+    Usage,
     is_int,
     runtime_options,
     similarity_score,
 )
-from earm_jax.retriever.growth import Growth
-from earm_jax.retriever.paying import Paying, failure_kind
+from earm_jax.retriever.experience import PayRound
+from earm_jax.retriever.memory_writes import MemoryWrites
+from earm_jax.retriever.paying import failure_kind
 from earm_jax.retriever.recovery import Recovery
-from earm_jax.retriever.rounds import AdaptiveRounds
 from earm_jax.retriever.serial import FairLock, serialized
-from earm_jax.retriever.table import MemoryTable
 from earm_jax.retriever.validation import (
     check_k,
     check_text,
@@ -102,15 +118,7 @@ from earm_jax.store.journal_format import FOLDER_MODE, disk_full, is_disk_full
 from earm_jax.store.lock import FolderLock
 
 
-class OnlineRetriever(
-    Recovery,
-    MemoryTable,
-    Growth,
-    Paying,
-    AdaptiveRounds,
-    CandidatePools,
-    AsyncRetrieving,
-):
+class OnlineRetriever(Recovery, MemoryWrites, CandidatePools, AsyncRetrieving):
     """EARM for one agent: add, edit, delete, query; the experience kept on disk.
 
     One process writes a folder at a time (a second gets
@@ -143,6 +151,13 @@ class OnlineRetriever(
         text, with the settings it was created with (not one whose calls
         follow the texts: it rebuilds their regression from every query's
         embedding). Recorded like a config's.
+
+    Attributes:
+      rows: the memory rows (:class:`~earm_jax.retriever.memory_rows.MemoryRows`).
+      experience: the solver state, its shapes and the call ledger
+        (:class:`~earm_jax.retriever.experience.Experience`).
+      payer: the scorer and its failure counts
+        (:class:`~earm_jax.retriever.paying.ScorerPath`).
 
     Every write checks first that the journal this retriever locked is still
     the folder's (:class:`~earm_jax.store.lock.LockLostError` otherwise, with
@@ -201,9 +216,8 @@ class OnlineRetriever(
             self.directory, timeout=timeout, guarded=(JOURNAL_NAME,)
         )
         self._journal: Journal | None = None
-        self._warming: set[tuple[int, int]] = set()
+        self.experience = None
         self._mutex = FairLock()
-        self._warm_thread: threading.Thread | None = None
         self._usage_totals: list[int] | None = None
         self._init_async()
         try:
@@ -219,51 +233,37 @@ class OnlineRetriever(
             self._release()
             raise
 
-    # ------------------------------------------------------------------ state
+    # ------------------------------------------------------- read-only views
 
-    def _key(self, purpose: str, index: int = 0) -> jax.Array:
-        base = jax.random.key(self.config.seed)
-        tag = {"init": 0, "select": 1, "grow": 2}[purpose]
-        return jax.random.fold_in(jax.random.fold_in(base, tag), index)
+    @property
+    def state(self) -> SolverState:
+        """The solver state (``experience.state``)."""
+        return self.experience.state
 
-    def _functions(self):
-        return functions_for(self.solver_config, self.config)
+    @property
+    def ledger(self) -> Any:
+        """The round preset's carry (``experience.ledger``; ``None`` for the
+        one-round presets)."""
+        return self.experience.ledger
 
-    def _set_insert_time(self, rows: Sequence[int], value: int) -> None:
-        insert_time = np.array(self.state.insert_time)
-        insert_time[np.asarray(rows, np.int64)] = value
-        self.state = self.state._replace(insert_time=jnp.asarray(insert_time))
+    @property
+    def solver_config(self) -> SolverConfig:
+        """The solver's current buffer shapes (``experience.solver_config``)."""
+        return self.experience.solver_config
 
-    def _apply_add(self, first: int, count: int) -> None:
-        self._ensure_room(first + count, 0)
-        self._set_insert_time(range(first, first + count), self._count)
-        self._rows_applied = first + count
-        self._visible_rows = self._rows_applied
+    @property
+    def scorer(self) -> Scorer | None:
+        return self.payer.scorer
 
-    def _apply_retire(self, rows: Sequence[int]) -> None:
-        self._set_insert_time(rows, NOT_INSERTED)
+    @property
+    def failure_counts(self) -> Counter[str]:
+        """Failed scorer pairs by kind, since this retriever opened."""
+        return self.payer.failure_counts
 
-    def _apply_query(self, query: Query, observation: Observation, vector=None):
-        self._ensure_room(self._rows_applied, self._count + 1)
-        if self.ledger is not None and not self.similarity_only:
-            # Replay the rounds with the recorded answers: the same requests,
-            # hence the same carry, as when the query ran.
-            values = np.asarray(observation.values)
-            ok = np.asarray(observation.mask)
-            self.ledger, _, _ = self._rounds(
-                query, lambda positions: (values[positions], ok[positions]), vector
-            )
-        _, observe = self._functions()
-        state, info = observe(self.state, query, observation)
-        self.state = state
-        self._count += 1
-        return info
-
-    # ---------------------------------------------------------------- helpers
-
-    def _check_open(self) -> None:
-        if self._journal is None:
-            raise ValueError(f"the retriever of {self.directory} is closed")
+    @property
+    def width(self) -> int | None:
+        """The memories' embedding width (``None`` until the first)."""
+        return self.rows.width
 
     @property
     def similarity_only(self) -> bool:
@@ -271,12 +271,60 @@ class OnlineRetriever(
         are ranked by similarity alone and never call a scorer."""
         # By the folder's record, so that check and repair, which open a
         # folder with a stand-in scorer, replay it as it ran.
-        return self._scorer_key == NO_SCORER.key()
+        return self.payer.key == NO_SCORER.key()
 
     @property
     def num_queries(self) -> int:
         """Queries answered so far (the next query's index)."""
-        return self._count
+        return self.experience.count
+
+    def _check_open(self) -> None:
+        if self._journal is None:
+            raise ValueError(f"the retriever of {self.directory} is closed")
+
+    # --------------------------------------------------------------- queries
+
+    def _side(self, query: Query, vector) -> SideInputs | None:
+        """The embeddings the calls that follow the texts read (else ``None``)."""
+        if not self.config.reads_embeddings:
+            return None
+        embeddings = self.rows.embeddings
+        rows = np.clip(np.asarray(query.candidates), 0, len(embeddings) - 1)
+        return SideInputs(np.asarray(vector, np.float32), embeddings[rows])
+
+    def _rounds(self, query: Query, pay: PayRound, vector=None, head_only=False):
+        """The round preset's rounds for one query (:meth:`Experience.rounds`)."""
+        return self.experience.rounds(query, pay, self._side(query, vector), head_only)
+
+    def _apply_query(self, query: Query, observation: Observation, vector=None):
+        """A recorded query folded in again (the replay of an open)."""
+        experience = self.experience
+        experience.ensure_room(experience.rows_applied, experience.count + 1)
+        ledger = None
+        if experience.ledger is not None and not self.similarity_only:
+            # Replay the rounds with the recorded answers: the same requests,
+            # hence the same carry, as when the query ran.
+            values = np.asarray(observation.values)
+            ok = np.asarray(observation.mask)
+            ledger, _, _ = self._rounds(
+                query, lambda positions: (values[positions], ok[positions]), vector
+            )
+        state, info = experience.observe(query, observation)
+        experience.record(state, ledger)
+        return info
+
+    def _prepare(self, text: str, query: Query, index: int, state: SolverState):
+        """Anchors of a one-round query (pool positions, rows) and their
+        stored answers."""
+        positions = np.flatnonzero(self.experience.select(query, index, state))
+        rows = np.asarray(query.candidates)[positions]
+        cached = self.payer.cached(text, [self.rows.texts[r] for r in rows])
+        return positions, rows, cached
+
+    def _pay(self, text, rows, cached, index, known=None):
+        return self.payer.pay(
+            text, [self.rows.texts[r] for r in rows], cached, index, known
+        )
 
     def _finish(
         self,
@@ -293,6 +341,7 @@ class OnlineRetriever(
     ):
         """Records the query, updates the state, and builds the answer."""
         size = self.config.pool_size
+        table = self.rows
         values = np.zeros(size, np.float32)
         mask = np.zeros(size, bool)
         failures = []
@@ -300,13 +349,12 @@ class OnlineRetriever(
             if answer.ok:
                 values[position], mask[position] = answer.value, True
             else:
-                failures.append((self._ids[row], answer.reason))
-                self.failure_counts[failure_kind(answer.reason)] += 1
+                failures.append((table.ids[row], answer.reason))
+                self.payer.count_failure(answer.reason)
         observation = Observation(jnp.asarray(values), jnp.asarray(mask))
-        index = self._count
-        self._ensure_room(self._rows_applied, index + 1)
-        _, observe = self._functions()
-        state, info = observe(self.state, query, observation)
+        experience = self.experience
+        index = experience.count
+        state, info = experience.observe(query, observation)
         # The best preset ranks by its own merge of direct answers and
         # similarity (policies/adaptive.py); the paper's by the mixed scores.
         scores = np.asarray(info.scores if adaptive is None else adaptive[1].scores)
@@ -329,7 +377,7 @@ class OnlineRetriever(
             p for p in np.lexsort((np.arange(size), -scores)) if valid[p]
         ][:k]
         chosen = sorted(
-            positions_ranked, key=lambda p: (self._origin[candidates[p]], p)
+            positions_ranked, key=lambda p: (table.origin[candidates[p]], p)
         )
         payload = {
             "index": index,
@@ -355,23 +403,17 @@ class OnlineRetriever(
             if keep_text and self._redacted.get("texts"):
                 self._redacted = {**self._redacted, "texts": False}
                 self._journal.set_meta(db, "redacted", self._redacted)
-        self.state = state
-        if adaptive is not None:
-            self.ledger = adaptive[0]
-        self._count += 1
-        self._last_seq = seq
+        experience.record(state, None if adaptive is None else adaptive[0])
         if self._usage_totals is not None:
             self._usage_totals[0] += calls
             self._usage_totals[1] += hits
             self._usage_totals[2] += int(valid.sum())
-        self._queries_since_snapshot += 1
-        if self._queries_since_snapshot >= self.config.snapshot_every:
-            self._snapshot_quietly()
+        self._committed(seq, query=True)
         self._warm_ahead()
         return Retrieved(
-            memory_ids=[self._ids[candidates[p]] for p in chosen],
-            texts=[self._texts[candidates[p]] for p in chosen],
-            metadata=[dict(self._metadata[candidates[p]]) for p in chosen],
+            memory_ids=[table.ids[candidates[p]] for p in chosen],
+            texts=[table.texts[candidates[p]] for p in chosen],
+            metadata=[dict(table.metadata[candidates[p]]) for p in chosen],
             scores=[float(shown[p]) for p in chosen],
             anchored=[bool(mask[p]) for p in chosen],
             calls=calls,
@@ -379,7 +421,7 @@ class OnlineRetriever(
             failures=failures,
             budget=budget,
             query_index=index,
-            ranked_ids=[self._ids[candidates[p]] for p in positions_ranked],
+            ranked_ids=[table.ids[candidates[p]] for p in positions_ranked],
             rounds=1 if adaptive is None else adaptive[2],
         )
 
@@ -389,19 +431,24 @@ class OnlineRetriever(
         text = check_text(text, "text")
         k = check_k(k, self.config.top_k)
         where = check_where(where)
-        if not self._row_of:
+        if not self.rows.row_of:
             raise ValueError("the retriever holds no memory yet: add() some first")
         return text, k, where
 
     def _query_pool(self, vector: np.ndarray, where: Mapping | None) -> Query:
         """The candidate pool of a query embedding: its most similar memories
         among those matching ``where`` (a one-line error if there is none)."""
-        if not self._row_of:
+        if not self.rows.row_of:
             raise ValueError("the retriever holds no memory yet: add() some first")
         pool = self._pool_from_vector(vector, where)
         if not bool(np.asarray(pool.valid).any()):
             raise ValueError(f"no memory matches where={dict(where or {})!r}")
         return pool
+
+    def _pool_from_vector(self, vector: np.ndarray, where: Mapping | None) -> Query:
+        return self.rows.similarity_pool(
+            vector, where, self.experience.visible_rows, self.config.pool_size
+        )
 
     @serialized
     def query(
@@ -437,16 +484,60 @@ class OnlineRetriever(
         pairs it paid for them, reported as this query's calls; ``vector``:
         the query's embedding (the learned-calls preset reads and records it).
         """
-        index = self._count
-        self._ensure_room(self._rows_applied, index + 1)
+        experience = self.experience
+        index = experience.count
+        experience.ensure_room(experience.rows_applied, index + 1)
         if self.similarity_only:
             return self._finish(text, query, [], [], [], k, 0, 0, vector=vector)
-        if self.ledger is not None:
-            return self._answer_adaptive(text, query, k, known, prepaid, vector)
-        positions, rows, cached = self._prepare(text, query, index, self.state)
+        if experience.ledger is not None:
+            return self._answer_in_rounds(text, query, k, known, prepaid, vector)
+        positions, rows, cached = self._prepare(text, query, index, experience.state)
         answers, calls, hits = self._pay(text, rows, cached, index, known)
         return self._finish(
             text, query, positions, rows, answers, k, calls + prepaid, hits
+        )
+
+    def _answer_in_rounds(
+        self,
+        text: str,
+        query: Query,
+        k: int,
+        known=None,
+        prepaid: int = 0,
+        vector=None,
+    ) -> Retrieved:
+        """A query of a preset that pays in rounds (``best``, learned calls):
+        one batched scorer request per round."""
+        index = self.experience.count
+        all_positions, all_rows, all_answers = [], [], []
+        totals = {"calls": prepaid, "hits": 0}
+
+        def pay(positions: np.ndarray):
+            rows = np.asarray(query.candidates)[positions]
+            cached = self.payer.cached(text, [self.rows.texts[r] for r in rows])
+            answers, calls, hits = self._pay(text, rows, cached, index, known)
+            totals["calls"] += calls
+            totals["hits"] += hits
+            all_positions.extend(int(p) for p in positions)
+            all_rows.extend(int(r) for r in rows)
+            all_answers.extend(answers)
+            return (
+                np.asarray([a.value if a.ok else 0.0 for a in answers], np.float32),
+                np.asarray([a.ok for a in answers], bool),
+            )
+
+        ledger, info, rounds = self._rounds(query, pay, vector)
+        return self._finish(
+            text,
+            query,
+            np.asarray(all_positions, np.int64),
+            np.asarray(all_rows, np.int64),
+            all_answers,
+            k,
+            totals["calls"],
+            totals["hits"],
+            adaptive=(ledger, info, rounds),
+            vector=vector,
         )
 
     @serialized
@@ -494,11 +585,12 @@ class OnlineRetriever(
         k = check_k(k, self.config.top_k)
         if not texts:
             return []
-        if not self._row_of:
+        if not self.rows.row_of:
             raise ValueError("the retriever holds no memory yet: add() some first")
         vectors = self._embed_queries(texts, "texts")
         pools = [self._pool_from_vector(v, None) for v in vectors]
-        if self.ledger is not None or self.similarity_only:
+        experience = self.experience
+        if experience.ledger is not None or self.similarity_only:
             # The best preset's rounds depend on the answers of earlier rounds:
             # no anchors can be planned ahead, so the queries run in turn
             # (without a scorer there is nothing to plan).
@@ -506,35 +598,37 @@ class OnlineRetriever(
                 self._answer(text, pool, k, vector=vector)
                 for text, pool, vector in zip(texts, pools, vectors, strict=True)
             ]
-        start = self._count
+        start = experience.count
+        memory_texts = self.rows.texts
         # Plan every query's anchors up front (select reads only the count and
         # the memories), pay all unpaid pairs in one request, then answer in order.
         requests: dict[str, list[str]] = {}
         for i, (text, pool) in enumerate(zip(texts, pools, strict=True)):
-            ahead = self.state._replace(count=jnp.asarray(start + i, jnp.int32))
+            ahead = experience.state._replace(count=jnp.asarray(start + i, jnp.int32))
             _, rows, cached = self._prepare(text, pool, start + i, ahead)
             want = requests.setdefault(text, [])
             for r, v in zip(rows, cached, strict=True):
-                if v is None and self._texts[r] not in want:
-                    want.append(self._texts[r])
+                if v is None and memory_texts[r] not in want:
+                    want.append(memory_texts[r])
         batch = [(q, m) for q, m in requests.items() if m]
         fresh: dict[tuple[str, str], PairScore] = {}
-        for (q, memories), answers in zip(batch, self._score(batch), strict=True):
+        for (q, memories), answers in zip(batch, self.payer.score(batch), strict=True):
             for memory, answer in zip(memories, answers, strict=True):
                 fresh[(q, memory)] = answer
         self._journal.put_scores(
-            self._scorer_key,
+            self.payer.key,
             [(q, m, a.value) for (q, m), a in fresh.items() if a.ok],
             start,
         )
         results = []
         used: set[tuple[str, str]] = set()
         for text, pool in zip(texts, pools, strict=True):
-            self._ensure_room(self._rows_applied, self._count + 1)
-            positions, rows, cached = self._prepare(text, pool, self._count, self.state)
+            index = experience.count
+            experience.ensure_room(experience.rows_applied, index + 1)
+            positions, rows, cached = self._prepare(text, pool, index, experience.state)
             answers, calls, hits, unplanned = [], 0, 0, False
             for r, v in zip(rows, cached, strict=True):
-                pair = (text, self._texts[r])
+                pair = (text, memory_texts[r])
                 if pair in fresh and pair not in used:
                     answers.append(fresh[pair])
                     used.add(pair)
@@ -545,7 +639,7 @@ class OnlineRetriever(
                 else:
                     unplanned = True
             if unplanned:  # the policy drew other anchors than planned
-                answers, more, hits = self._pay(text, rows, cached, self._count)
+                answers, more, hits = self._pay(text, rows, cached, index)
                 calls += more
             results.append(
                 self._finish(text, pool, positions, rows, answers, k, calls, hits)
@@ -556,18 +650,58 @@ class OnlineRetriever(
     def answer(self, index: int) -> list[MemoryId]:
         """The ids query ``index`` returned, best first (from the journal)."""
         self._check_open()
-        if not is_int(index) or not 0 <= index < self._count:
-            raise ValueError(f"index must be in [0, {self._count}), got {index!r}")
+        count = self.experience.count
+        if not is_int(index) or not 0 <= index < count:
+            raise ValueError(f"index must be in [0, {count}), got {index!r}")
         op = self._journal.query_op(int(index))
         if op is None:
             raise CorruptFolderError(
                 f"{self._journal.path}: the operation of query {index} is missing"
             )
-        return [self._ids[r] for r in op[2]["answer"]]
+        return [self.rows.ids[r] for r in op[2]["answer"]]
+
+    @serialized
+    def usage(self) -> Usage:
+        """What this retriever has paid, from its journal (all its life)."""
+        self._check_open()
+        if self._usage_totals is None:
+            size = self.config.pool_size
+            totals = [0, 0, 0]
+            for _, kind, payload, data in self._journal.ops_after(0):
+                if kind != "query":
+                    continue
+                totals[0] += int(payload.get("calls", 0))
+                totals[1] += int(payload.get("cache_hits", 0))
+                # The pool's fields lead the record (an embedding may follow).
+                if data is not None and len(data) >= 14 * size:
+                    valid = np.frombuffer(data[8 * size : 9 * size], np.bool_)
+                    totals[2] += int(valid.sum())
+            self._usage_totals = totals
+        calls, hits, full = self._usage_totals
+        return Usage(
+            memories=self.num_memories,
+            queries=self.experience.count,
+            calls=calls,
+            cache_hits=hits,
+            full_pool_calls=full,
+        )
+
+    @serialized
+    def warm_up(self) -> None:
+        """Compiles the solver for the current buffer shapes now (else the first
+        query does)."""
+        self._check_open()
+        self.experience.warm_up(self.rows.stored_width)
+
+    def _warm_ahead(self) -> None:
+        """Compiles the next buffer shapes in the background, when due."""
+        self.experience.warm_ahead(self.rows.stored_width)
 
     # ------------------------------------------------------------------ close
 
     def _release(self) -> None:
+        if self.experience is not None:
+            self.experience.active = False
         if self._journal is not None:
             self._journal.close()
             self._journal = None

@@ -1,21 +1,24 @@
-"""Paying the scorer: one request in a daemon thread (so a hang never blocks
-the caller), every answer validated, every fault turned into a per-pair
-failure that is counted and never observed as a score."""
+"""Paying the scorer (:class:`ScorerPath`, the retriever's ``payer``): one
+request in a daemon thread (so a hang never blocks the caller), every answer
+validated, every fault turned into a per-pair failure that is counted and
+never observed as a score, every fresh answer committed to the journal's
+score cache the moment it arrives."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
-from earm_jax.base import Query
-from earm_jax.core.config import SolverState
-from earm_jax.retriever.config import Usage
-from earm_jax.retriever.serial import serialized
 from earm_jax.scoring.base import PairScore, Scorer
+from earm_jax.store.journal import Journal
+
+_T = TypeVar("_T")
 
 
 class Pending:
@@ -126,96 +129,141 @@ def checked_answers(
     return out
 
 
-class Paying:
-    """The scorer-paying half of :class:`OnlineRetriever`."""
+class ScorerPath:
+    """How a retriever pays its scorer: the scorer, its identity in the
+    journal's score cache, and the count of failed pairs by kind.
 
-    def _score(self, requests: list[tuple[str, list[str]]]) -> list[list[PairScore]]:
+    Args:
+      scorer: the relevance scorer (``None`` in similarity mode: never called).
+      scorer_key: the scorer's identity, as the journal keys its answers.
+      journal: the folder's journal (read for stored answers, written with
+        every fresh one the moment it arrives; owned by the retriever).
+      timeout: seconds a request may take before its pairs fail.
+    """
+
+    def __init__(
+        self, scorer: Scorer | None, scorer_key: str, journal: Journal, timeout: float
+    ) -> None:
+        self.scorer = scorer
+        self.key = scorer_key
+        self.journal = journal
+        self.timeout = timeout
+        self.failure_counts: Counter[str] = Counter()
+
+    def score(self, requests: list[tuple[str, list[str]]]) -> list[list[PairScore]]:
         """The scorer's answers, each validated; every fault becomes a failure."""
         if not requests:
             return []
         pending = Pending(self.scorer, requests)
-        timeout = self.config.scorer_timeout
-        if not pending.done.wait(timeout):
-            reason = f"timeout after {timeout:g} s"
+        if not pending.done.wait(self.timeout):
+            reason = f"timeout after {self.timeout:g} s"
             return [[PairScore.failure(reason)] * len(m) for _, m in requests]
         return checked_answers(requests, pending.result, pending.error)
 
-    def _prepare(self, text: str, query: Query, index: int, state: SolverState):
-        """Anchors of a query (rows, pool positions) and its cached scores."""
-        select, _ = self._functions()
-        anchors = np.asarray(select(self._key("select", index), state, query))
-        positions = np.flatnonzero(anchors)
-        rows = np.asarray(query.candidates)[positions]
-        cached = self._journal.get_scores(
-            self._scorer_key, text, [self._texts[r] for r in rows]
-        )
-        return positions, rows, cached
+    async def ascore(
+        self, requests: list[tuple[str, list[str]]]
+    ) -> list[list[PairScore]]:
+        """:meth:`score`, awaited: the scorer's ``ascore_many`` or a daemon
+        thread; every fault becomes a failure."""
+        if not requests:
+            return []
+        native = getattr(self.scorer, "ascore_many", None)
+        try:
+            if native is not None:
+                call = native(requests)
+            else:
+                call = in_daemon_thread(self.scorer.score_many, requests)
+            answers = await asyncio.wait_for(call, self.timeout)
+        except TimeoutError:
+            reason = f"timeout after {self.timeout:g} s"
+            return [[PairScore.failure(reason)] * len(m) for _, m in requests]
+        except Exception as error:  # noqa: BLE001 - reported per pair
+            return checked_answers(requests, None, error)
+        return checked_answers(requests, answers)
 
-    def _pay(
-        self, text: str, rows, cached, index: int, known=None
+    def cached(self, text: str, memories: Sequence[str]) -> list[float | None]:
+        """The stored answers of ``(text, memory)`` pairs (``None``: unpaid)."""
+        return self.journal.get_scores(self.key, text, list(memories))
+
+    def store(self, text: str, answers: Mapping[str, PairScore], index: int) -> None:
+        """Commits the successful ``answers`` (by memory text) of query ``index``."""
+        self.journal.put_scores(
+            self.key,
+            [(text, m, a.value) for m, a in answers.items() if a.ok],
+            index,
+        )
+
+    def pay(
+        self, text: str, memories: Sequence[str], cached, index: int, known=None
     ) -> tuple[list[PairScore], int, int]:
-        """Answers for the anchors: stored ones, then the scorer for the rest.
+        """Answers for the anchors' memory texts: stored ones, then the scorer
+        for the rest (committed before they are returned).
 
         ``known`` maps memory texts to answers this query has already (the
         asynchronous path pays ahead, :mod:`earm_jax.retriever.asynchronous`);
         they count as neither calls nor cache hits here.
         """
         known = known or {}
-        texts = [self._texts[r] for r in rows]
         missing = list(
             dict.fromkeys(
                 t
-                for t, v in zip(texts, cached, strict=True)
+                for t, v in zip(memories, cached, strict=True)
                 if v is None and t not in known
             )
         )
         fresh = dict(
             zip(
                 missing,
-                self._score([(text, missing)])[0] if missing else [],
+                self.score([(text, missing)])[0] if missing else [],
                 strict=True,
             )
         )
-        self._journal.put_scores(
-            self._scorer_key,
-            [(text, m, a.value) for m, a in fresh.items() if a.ok],
-            index,
-        )
+        self.store(text, fresh, index)
         answers = [
             known[t]
             if t in known
             else PairScore.success(v)
             if v is not None
             else fresh[t]
-            for t, v in zip(texts, cached, strict=True)
+            for t, v in zip(memories, cached, strict=True)
         ]
         hits = sum(
-            v is not None and t not in known for t, v in zip(texts, cached, strict=True)
+            v is not None and t not in known
+            for t, v in zip(memories, cached, strict=True)
         )
         return answers, len(missing), hits
 
-    @serialized
-    def usage(self) -> Usage:
-        """What this retriever has paid, from its journal (all its life)."""
-        self._check_open()
-        if self._usage_totals is None:
-            size = self.config.pool_size
-            totals = [0, 0, 0]
-            for _, kind, payload, data in self._journal.ops_after(0):
-                if kind != "query":
-                    continue
-                totals[0] += int(payload.get("calls", 0))
-                totals[1] += int(payload.get("cache_hits", 0))
-                # The pool's fields lead the record (an embedding may follow).
-                if data is not None and len(data) >= 14 * size:
-                    valid = np.frombuffer(data[8 * size : 9 * size], np.bool_)
-                    totals[2] += int(valid.sum())
-            self._usage_totals = totals
-        calls, hits, full = self._usage_totals
-        return Usage(
-            memories=self.num_memories,
-            queries=self._count,
-            calls=calls,
-            cache_hits=hits,
-            full_pool_calls=full,
-        )
+    def count_failure(self, reason: str) -> None:
+        self.failure_counts[failure_kind(reason)] += 1
+
+
+def in_daemon_thread(fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
+    """``fn(*args)`` in a new daemon thread, as a future of the running loop
+    (a daemon, so a scorer that never returns never holds the process)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[_T] = loop.create_future()
+
+    def deliver(result: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def run() -> None:
+        result, error = None, None
+        try:
+            result = fn(*args)
+        except BaseException as caught:  # noqa: BLE001 - reported per pair
+            error = caught
+        try:
+            loop.call_soon_threadsafe(deliver, result, error)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    threading.Thread(target=run, name="earm-scorer-call", daemon=True).start()
+    return future
+
+
+__all__ = ["ScorerPath", "checked_answers", "failure_kind", "in_daemon_thread"]

@@ -1,36 +1,31 @@
 """Opening a folder: the stored settings checked against the caller's, the
 memory rows loaded, the latest snapshot restored and the operations after it
-replayed through the code that ran them; and writing snapshots."""
+replayed through the code that ran them; and writing snapshots (this part of
+:class:`~earm_jax.retriever.online.OnlineRetriever` owns the snapshot
+schedule: the last committed operation, the last snapshot's, the queries
+since)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import logging
-from collections import Counter
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from earm_jax.base import NOT_INSERTED, Observation, Query
-from earm_jax.core.config import SolverConfig, SolverState
-from earm_jax.core.online import online_solver
-from earm_jax.policies.adaptive import Ledger
-from earm_jax.retriever.compiled import (
-    adaptive_for,
-    build_policy,
-    solver_config_of,
-    track,
-)
+from earm_jax.base import Observation, Query
+from earm_jax.core.config import SolverConfig
 from earm_jax.retriever.config import (
     NO_SCORER,
     RUNTIME_FIELDS,
     RetrieverConfig,
     runtime_of,
 )
-from earm_jax.retriever.paying import failure_kind
+from earm_jax.retriever.experience import Experience
+from earm_jax.retriever.memory_rows import MemoryRows
+from earm_jax.retriever.paying import ScorerPath, failure_kind
 from earm_jax.retriever.resident import trim_heap
 from earm_jax.retriever.serial import serialized
 from earm_jax.store.journal import (
@@ -80,7 +75,6 @@ class Recovery:
         ):
             # A new folder takes the defaults: judged before any file is made.
             runtime = RetrieverConfig(**overrides)
-        self.scorer = scorer
         self.embedder = embedder
         self._journal = journal = Journal(
             self.directory,
@@ -184,14 +178,12 @@ class Recovery:
                     "are never mixed in one matrix; use a new folder for this scorer"
                 )
             self._check_embedder(embedder)
-        self._scorer_key = scorer_key
+        self.payer = ScorerPath(scorer, scorer_key, journal, self.config.scorer_timeout)
         if self.config.query_retention == "none":
             journal.keep_scores_in_memory()
         self._redact_records()
-        self.failure_counts: Counter[str] = Counter()
         self.snapshot_failures = 0
         self.last_snapshot_error: str | None = None
-        track(self)
         self._rebuild()
         # A folder made before the mark existed gets one now.
         journal.advance_high_water()
@@ -299,7 +291,7 @@ class Recovery:
         """Loads memories, then the snapshot, then replays the journal after it."""
         journal = self._journal
         assert journal is not None
-        self.width = journal.get_meta("width")
+        self.rows = table = MemoryRows(journal.get_meta("width"))
         problems = journal.integrity_problems()
         if problems:
             raise CorruptFolderError(
@@ -315,7 +307,6 @@ class Recovery:
         missing = journal.missing_op()
         if missing is not None:
             raise CorruptFolderError(missing)
-        self._reset_memory_tables()
         embeddings = []
         for position, (row, mid, text, meta, blob, origin, _op, retired) in enumerate(
             rows
@@ -329,10 +320,10 @@ class Recovery:
                 metadata = json.loads(meta)
             except ValueError as error:
                 raise CorruptFolderError(f"{where}: metadata is not JSON") from error
-            if self.width is None or len(blob) != 4 * self.width:
+            if table.width is None or len(blob) != 4 * table.width:
                 raise CorruptFolderError(
                     f"{where}: embedding has {len(blob)} bytes, expected "
-                    f"{4 * (self.width or 0)} (width {self.width})"
+                    f"{4 * (table.width or 0)} (width {table.width})"
                 )
             vector = np.frombuffer(blob, np.float32)
             if not np.all(np.isfinite(vector)):
@@ -347,28 +338,10 @@ class Recovery:
                     f"retire it at {retired_by_ops.get(row)}"
                 )
             embeddings.append(vector)
-            self._ids.append(mid)
-            self._texts.append(text)
-            self._metadata.append(metadata)
-            self._origin.append(int(origin))
-            self._live.append(retired is None)
-            if retired is None:
-                self._row_of[mid] = row
-        self._retired_ids = {mid for mid in self._ids if mid not in self._row_of}
-        if embeddings:
-            self._embeddings = np.stack(embeddings).astype(np.float32)
+            table.load(row, mid, text, metadata, vector, origin, retired is None)
+        table.finish_loading(embeddings)
         # The experience: snapshot + replay.
-        config = self.config
-        self.solver_config = solver_config_of(
-            config, config.initial_memories, config.initial_queries
-        )
-        self.state = self._initial_state(self.solver_config)
-        adaptive = adaptive_for(self.config, self._policy_width())
-        # The round preset's carry (best's call ledger, learned calls'
-        # regression); None for the one-round presets.
-        self.ledger: Ledger | None = None if adaptive is None else adaptive[0].init()
-        self._count = 0
-        self._rows_applied = 0
+        self.experience = experience = Experience(self.config, self._policy_width())
         self._last_seq = 0
         after = 0
         snapshot = journal.latest_snapshot() if self._use_snapshot else None
@@ -385,28 +358,29 @@ class Recovery:
                 after = loaded
         # Rows stay visible to queries only once their op is applied: the
         # replay below applies them in order.
-        self._visible_rows = self._rows_applied
-        self._replaying = True
-        expected_query = self._count
+        experience.visible_rows = experience.rows_applied
+        experience.replaying = True
+        expected_query = experience.count
         for seq, kind, payload, data in journal.ops_after(after):
             where = f"{journal.path}: operation {seq} ({kind})"
             if kind == "add":
                 first, count = payload["first"], payload["count"]
-                if first != self._rows_applied or first + count > len(self._ids):
+                applied = experience.rows_applied
+                if first != applied or first + count > len(table):
                     raise CorruptFolderError(
                         f"{where}: adds rows {first}..{first + count - 1} but "
-                        f"{self._rows_applied} rows were applied and "
-                        f"{len(self._ids)} are stored"
+                        f"{applied} rows were applied and {len(table)} are stored"
                     )
-                self._apply_add(first, count)
+                experience.apply_add(first, count)
             elif kind == "retire":
-                bad = [r for r in payload["rows"] if not 0 <= r < self._rows_applied]
+                applied = experience.rows_applied
+                bad = [r for r in payload["rows"] if not 0 <= r < applied]
                 if bad:
                     raise CorruptFolderError(f"{where}: retires unknown rows {bad}")
-                self._apply_retire(payload["rows"])
+                experience.apply_retire(payload["rows"])
             elif kind == "metadata":
                 # The rows hold the current metadata; the solver never reads it.
-                if not 0 <= payload.get("row", -1) < self._rows_applied:
+                if not 0 <= payload.get("row", -1) < experience.rows_applied:
                     raise CorruptFolderError(f"{where}: relabels an unknown row")
             elif kind == "query":
                 if payload.get("index") != expected_query:
@@ -420,14 +394,14 @@ class Recovery:
             else:
                 raise CorruptFolderError(f"{where}: unknown operation kind")
             self._last_seq = seq
-        self._replaying = False
-        if self._rows_applied != len(self._ids):
+        experience.replaying = False
+        if experience.rows_applied != len(table):
             raise CorruptFolderError(
-                f"{journal.path}: {len(self._ids)} memory rows stored but only "
-                f"{self._rows_applied} added by the operations"
+                f"{journal.path}: {len(table)} memory rows stored but only "
+                f"{experience.rows_applied} added by the operations"
             )
         self._snapshot_seq = after
-        self._queries_since_snapshot = self._count - (
+        self._queries_since_snapshot = experience.count - (
             snapshot[1] if snapshot is not None else 0
         )
         if (
@@ -435,20 +409,6 @@ class Recovery:
             and self._use_snapshot
         ):
             self._snapshot_quietly()
-
-    def _experience(self, state: SolverState | None = None, ledger: Any = None):
-        """What a snapshot holds: the solver state, and the ``best`` preset's
-        call ledger beside it."""
-        state = self.state if state is None else state
-        ledger = self.ledger if ledger is None else ledger
-        return state if ledger is None else (state, ledger)
-
-    def _initial_state(self, solver_config: SolverConfig) -> SolverState:
-        solver = online_solver(solver_config, build_policy(self.config))
-        return solver.init(
-            self._key("init"),
-            jnp.full((solver_config.num_memories,), NOT_INSERTED, jnp.int32),
-        )
 
     def _load_snapshot(self, snapshot) -> int | None:
         """Loads ``snapshot``; returns its operation seq, or ``None`` when its
@@ -470,8 +430,11 @@ class Recovery:
             solver_config = SolverConfig(**stored_config)
         except TypeError as error:
             raise CorruptFolderError(f"{where}: bad solver config ({error})") from error
+        experience = self.experience
         template = jax.eval_shape(
-            lambda: self._experience(self._initial_state(solver_config), self.ledger)
+            lambda: experience.tree(
+                experience.initial_state(solver_config), experience.ledger
+            )
         )
         named, treedef = jax.tree_util.tree_flatten_with_path(template)
         expected = [jax.tree_util.keystr(path) for path, _ in named]
@@ -483,20 +446,16 @@ class Recovery:
                     f"{where}: leaf {name} is {got.dtype}{list(got.shape)}, the "
                     f"solver expects {np.dtype(want.dtype)}{list(want.shape)}"
                 )
-        experience = jax.tree.unflatten(treedef, [jnp.asarray(leaf) for leaf in leaves])
-        state = experience if self.ledger is None else experience[0]
-        if self.ledger is not None:
-            self.ledger = experience[1]
+        tree = jax.tree.unflatten(treedef, [jnp.asarray(leaf) for leaf in leaves])
+        state = tree if experience.ledger is None else tree[0]
         if int(state.count) != num_queries:
             raise CorruptFolderError(f"{where}: count disagrees with num_queries")
         rows = self._rows_in_snapshot(seq)
-        if rows > len(self._ids):
+        if rows > len(self.rows):
             raise CorruptFolderError(
-                f"{where}: covers {rows} memory rows, {len(self._ids)} are stored"
+                f"{where}: covers {rows} memory rows, {len(self.rows)} are stored"
             )
-        self.state, self.solver_config = state, solver_config
-        self._count = num_queries
-        self._rows_applied = rows
+        experience.restore(tree, solver_config, num_queries, rows)
         self._last_seq = seq
         return seq
 
@@ -513,8 +472,8 @@ class Recovery:
         texts): the memories', or the embedder's while the folder holds none."""
         if not self.config.reads_embeddings:
             return 0
-        if self._embeddings.size:
-            return int(self._embeddings.shape[1])
+        if self.rows.stored_width:
+            return self.rows.stored_width
         return int(self._embed_queries(["width"], "a width probe").shape[1])
 
     def _encode_query(
@@ -538,7 +497,7 @@ class Recovery:
 
     def _decode_query(self, data: bytes | None, where: str):
         size = self.config.pool_size
-        width = self._policy_width()
+        width = self.experience.policy_width
         if data is None or len(data) != 14 * size + 4 * width:
             raise CorruptFolderError(
                 f"{where}: pool record has {0 if data is None else len(data)} bytes, "
@@ -555,7 +514,8 @@ class Recovery:
             parts.append(np.frombuffer(data[offset : offset + width * size], dtype))
             offset += width * size
         candidates, similarity, valid, values, mask = parts
-        if np.any(valid & ((candidates < 0) | (candidates >= self._rows_applied))):
+        applied = self.experience.rows_applied
+        if np.any(valid & ((candidates < 0) | (candidates >= applied))):
             raise CorruptFolderError(f"{where}: a candidate row was not added yet")
         if np.any(mask & ~valid) or np.any(mask & ~((values >= 0) & (values <= 1))):
             raise CorruptFolderError(f"{where}: an observed score is invalid")
@@ -573,6 +533,15 @@ class Recovery:
         )
 
     # ------------------------------------------------------------- snapshots
+
+    def _committed(self, seq: int, query: bool = False) -> None:
+        """Operation ``seq`` is committed (and applied); a query brings the
+        next snapshot one nearer, and writes it when it is due."""
+        self._last_seq = seq
+        if query:
+            self._queries_since_snapshot += 1
+            if self._queries_since_snapshot >= self.config.snapshot_every:
+                self._snapshot_quietly()
 
     def _snapshot_quietly(self) -> None:
         """A snapshot after a committed operation: it only speeds up the next
@@ -596,11 +565,12 @@ class Recovery:
     def snapshot(self) -> int:
         """Writes the solver state now (atomically); returns the bytes written."""
         self._check_open()
-        named = jax.tree_util.tree_flatten_with_path(self._experience())[0]
+        experience = self.experience
+        named = jax.tree_util.tree_flatten_with_path(experience.tree())[0]
         written = self._journal.write_snapshot(
             self._last_seq,
-            self._count,
-            self.solver_config._asdict(),
+            experience.count,
+            experience.solver_config._asdict(),
             [np.asarray(leaf) for _, leaf in named],
             [jax.tree_util.keystr(path) for path, _ in named],
         )

@@ -75,8 +75,7 @@ def check_last_batch(retriever, paid_path: str, worker: int) -> dict | None:
     answered = [r for r in records[position + 1 :] if "values" in r]
     values = answered[0]["values"] if answered else None
     stored = [
-        retriever._journal.get_scores(retriever._scorer_key, query, [memory])[0]
-        for query, memory in batch["pairs"]
+        retriever.payer.cached(query, [memory])[0] for query, memory in batch["pairs"]
     ]
     committed = [value is not None for value in stored]
     if all(committed):

@@ -21,7 +21,7 @@ def library_then_retriever(retriever, policy, carry, ask: str, scorer):
     pool = retriever._query_pool(vector, None)
     rows = np.asarray(pool.candidates)
     answers = np.asarray(
-        [scorer.value(ask, retriever._texts[r]) for r in rows], np.float32
+        [scorer.value(ask, retriever.rows.texts[r]) for r in rows], np.float32
     )
     paid: list[int] = []
 
@@ -34,11 +34,11 @@ def library_then_retriever(retriever, policy, carry, ask: str, scorer):
         retriever.num_queries,
         retriever.config.pool_size,
         retriever.state.memory_bias[pool.candidates],
-        SideInputs(vector, retriever._embeddings[rows]),
+        SideInputs(vector, retriever.rows.embeddings[rows]),
     )
     carry, _ = pay_rounds(policy, None, carry, pool, context, pay)
     got = retriever.query(ask)
     assert got.calls + got.cache_hits == len(paid)
     anchored = {m for m, a in zip(got.ranked_ids, got.anchored, strict=False) if a}
-    assert anchored <= {retriever._ids[rows[p]] for p in paid}
+    assert anchored <= {retriever.rows.ids[rows[p]] for p in paid}
     return carry, got, paid

@@ -182,7 +182,7 @@ def test_cancelled_while_scoring_records_nothing(tmp_path):
             await task
         assert retriever.num_queries == 0
         assert retriever._journal.num_scores() == 0
-        assert retriever._turns == []
+        assert retriever._queue.idle
         scorer.gate = None
         return await retriever.aquery(queries(1)[0])
 
@@ -302,7 +302,7 @@ def test_random_cancellations_leave_a_consistent_journal(tmp_path, config):
         if isinstance(r, BaseException)
     )
     assert sorted(a.query_index for a in done) == list(range(len(done)))
-    assert retriever.num_queries == len(done) and retriever._turns == []
+    assert retriever.num_queries == len(done) and retriever._queue.idle
     live = _leaves(retriever)
     retriever._release()
     with _open(tmp_path, config=config) as reopened:
@@ -453,7 +453,7 @@ def test_async_errors_are_the_synchronous_ones(tmp_path):
         asyncio.run(retriever.adelete(["a"]))
         with pytest.raises(KeyError):
             asyncio.run(retriever.aget(["a"]))
-        assert retriever._turns == []
+        assert retriever._queue.idle
     with pytest.raises(ValueError, match="closed"):
         asyncio.run(retriever.aquery("chess?"))
 

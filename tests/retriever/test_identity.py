@@ -130,7 +130,9 @@ def test_top_similarity_scores_the_most_similar_candidates(tmp_path):
             assert answer.budget == 3  # ceil(0.25 * 12), from the first query on
             assert answer.calls + answer.cache_hits == 3
             pool = agent._pool_from_vector(HashEmbedder().embed([ask])[0], None)
-            most_similar = {agent._texts[r] for r in np.asarray(pool.candidates)[:3]}
+            most_similar = {
+                agent.rows.texts[r] for r in np.asarray(pool.candidates)[:3]
+            }
             assert {m for _, m in scorer.paid[before:]} <= most_similar
     with pytest.raises(ValueError, match="preset must be one of"):
         RetrieverConfig(preset="nope")
@@ -143,7 +145,7 @@ def test_rerank_records_new_text_as_an_edit_and_new_metadata(tmp_path):
             {"id": "m2", "text": "Sam likes tea.", "metadata": {"v": 1}},
         ]
         agent.rerank("Who plays chess?", pool)
-        old_row = agent._row_of["m1"]
+        old_row = agent.rows.row_of["m1"]
         pool[0] = {"id": "m1", "text": "Sam plays chess daily.", "metadata": {"v": 3}}
         pool[1] = {"id": "m2", "text": "Sam likes tea.", "metadata": {"v": 2}}
         answer = agent.rerank("Who plays chess?", pool)
@@ -154,8 +156,8 @@ def test_rerank_records_new_text_as_an_edit_and_new_metadata(tmp_path):
         assert agent.get(["m1"])[0].text == "Sam plays chess daily."
         # The new text is a new version, with no evidence before this query;
         # the metadata-only change kept m2's row (and its evidence).
-        assert agent._row_of["m1"] != old_row
-        assert agent._row_of["m2"] == 1
+        assert agent.rows.row_of["m1"] != old_row
+        assert agent.rows.row_of["m2"] == 1
     with OnlineRetriever(tmp_path, KeywordScorer(), HashEmbedder(), None) as again:
         assert [m.metadata for m in again.get(["m1", "m2"])] == [{"v": 3}, {"v": 2}]
 

@@ -343,7 +343,7 @@ def test_scorer_faults_become_counted_failures_and_the_query_still_ranks(
         }[mode]
         assert all(kind in reason for _, reason in answer.failures)
     counts = np.asarray(retriever.state.memory_count)
-    rows = [retriever._row_of[m] for m in failed]
+    rows = [retriever.rows.row_of[m] for m in failed]
     assert counts[rows].sum() == 0  # nothing unscored is observed
     assert sum(retriever.failure_counts.values()) == len(failed)
     retriever.close()
@@ -359,10 +359,10 @@ def test_update_and_delete_semantics(tmp_path):
     )
     assert ids == ["chess", "tea", "hike"]
     first = retriever.query("What about chess?")
-    old_row = retriever._row_of["chess"]
+    old_row = retriever.rows.row_of["chess"]
     assert np.asarray(retriever.state.memory_count)[old_row] == 1
     retriever.update("chess", "Sam gave up board games.")
-    new_row = retriever._row_of["chess"]
+    new_row = retriever.rows.row_of["chess"]
     assert new_row != old_row
     # The new text has no evidence yet; the old text's row is never a candidate.
     assert np.asarray(retriever.state.memory_count)[new_row] == 0

@@ -1,6 +1,8 @@
-"""The memory table: every version of every memory (text, metadata,
-embedding), which rows are live, and the calls that change it (add, update,
-delete) or read it (get, memories, the similarity pool)."""
+"""The calls that change the memories (``add``, ``update``, ``delete``) or
+read them (``get``, ``memories``), and the embedding of texts: each change is
+committed to the journal first, then the memory rows
+(:class:`~earm_jax.retriever.memory_rows.MemoryRows`) and the experience
+(:class:`~earm_jax.retriever.experience.Experience`) take it."""
 
 from __future__ import annotations
 
@@ -8,17 +10,14 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 
-import jax.numpy as jnp
 import numpy as np
 
-from earm_jax.base import Query
 from earm_jax.retriever.config import Memory, MemoryId
 from earm_jax.retriever.serial import serialized
 from earm_jax.retriever.validation import (
     check_id,
     check_text,
     check_texts,
-    matches,
     metadata_json,
 )
 from earm_jax.store.journal import Journal
@@ -26,25 +25,17 @@ from earm_jax.store.journal import Journal
 _LOG = logging.getLogger("earm_jax.retriever")
 
 
-class MemoryTable:
-    """The memory half of :class:`OnlineRetriever`."""
+class MemoryWrites:
+    """The memory calls of :class:`~earm_jax.retriever.online.OnlineRetriever`
+    (they change its ``rows`` and ``experience``; the forgotten texts the
+    embedder's cache failed to drop are kept here, to retry)."""
 
-    def _reset_memory_tables(self) -> None:
-        self._ids: list[MemoryId] = []
-        self._texts: list[str] = []
-        self._metadata: list[dict] = []
-        self._origin: list[int] = []
-        self._live: list[bool] = []
-        self._row_of: dict[MemoryId, int] = {}
-        self._retired_ids: set[MemoryId] = set()
-        self._embeddings = np.zeros((0, 0), np.float32)
-        # Forgotten texts the embedder's cache failed to drop (retried).
-        self._unforgotten: set[str] = set()
+    _unforgotten: frozenset[str] = frozenset()
 
     @property
     def num_memories(self) -> int:
         """Live memories (added, not deleted)."""
-        return len(self._row_of)
+        return self.rows.num_live
 
     def _embed_queries(self, texts: list[str], what: str) -> np.ndarray:
         """Embeddings of query texts: an embedder with a cache keeps them
@@ -67,7 +58,7 @@ class MemoryTable:
                 f"the embedder returned shape {vectors.shape} for {len(texts)} "
                 f"{what}; expected ({len(texts)}, width)"
             )
-        width = self.width
+        width = self.rows.width
         if width is not None and vectors.shape[1] != width:
             raise ValueError(
                 f"the embedder returned width {vectors.shape[1]}, this retriever's "
@@ -90,7 +81,7 @@ class MemoryTable:
         return vectors
 
     def _append_rows(self, db, ids, texts, metas, vectors, origins, seq) -> None:
-        first = len(self._ids)
+        first = len(self.rows)
         self._journal.insert_memories(
             db,
             [
@@ -99,20 +90,6 @@ class MemoryTable:
                     zip(ids, texts, metas, vectors, origins, strict=True)
                 )
             ],
-        )
-
-    def _remember_rows(self, ids, texts, metas, vectors, origins) -> None:
-        for mid, text, meta, origin in zip(ids, texts, metas, origins, strict=True):
-            self._row_of[mid] = len(self._ids)
-            self._ids.append(mid)
-            self._texts.append(text)
-            self._metadata.append(json.loads(meta))
-            self._origin.append(origin)
-            self._live.append(True)
-        self._embeddings = (
-            vectors.copy()
-            if self._embeddings.size == 0
-            else np.concatenate([self._embeddings, vectors])
         )
 
     # -------------------------------------------------------------------- API
@@ -160,9 +137,9 @@ class MemoryTable:
                 dup = next(m for m in ids if ids.count(m) > 1)
                 raise ValueError(f"ids holds {dup!r} twice")
             for mid in ids:
-                if mid in self._row_of:
+                if mid in self.rows.row_of:
                     raise ValueError(f"id {mid!r} exists already (use update)")
-                if mid in self._retired_ids:
+                if mid in self.rows.retired_ids:
                     raise ValueError(f"id {mid!r} was deleted; ids are never reused")
         if not texts:
             return []
@@ -170,19 +147,18 @@ class MemoryTable:
         if ids is None:
             start = max(self._journal.max_int_id() + 1, 0)
             ids = list(range(start, start + len(texts)))
-        first = len(self._ids)
+        first = len(self.rows)
         origins = list(range(first, first + len(texts)))
         with self._journal.transaction() as db:
-            if self.width is None:
+            if self.rows.width is None:
                 self._journal.set_meta(db, "width", int(vectors.shape[1]))
             seq = self._journal.append_op(
                 db, "add", {"first": first, "count": len(texts)}
             )
             self._append_rows(db, ids, texts, metas, vectors, origins, seq)
-        self.width = int(vectors.shape[1])
-        self._remember_rows(ids, texts, metas, vectors, origins)
-        self._apply_add(first, len(texts))
-        self._last_seq = seq
+        self.rows.append(ids, texts, metas, vectors, origins)
+        self.experience.apply_add(first, len(texts))
+        self._committed(seq)
         self._warm_ahead()
         return list(ids)
 
@@ -220,68 +196,56 @@ class MemoryTable:
         if text is not None:
             text = check_text(text, "text")
         meta = None if metadata is None else metadata_json(metadata, "metadata")
-        if mid not in self._row_of:
+        table = self.rows
+        if mid not in table.row_of:
             raise KeyError(f"no live memory with id {mid!r}")
-        old = self._row_of[mid]
-        if text is None or text == self._texts[old]:
+        old = table.row_of[mid]
+        if text is None or text == table.texts[old]:
             if meta is not None:
                 self._replace_metadata(old, meta)
             return
         if meta is None:
-            meta = json.dumps(self._metadata[old], sort_keys=True)
+            meta = json.dumps(table.metadata[old], sort_keys=True)
         vectors = self._embed([text], "text")
-        new = len(self._ids)
-        versions = [r for r, other in enumerate(self._ids) if other == mid]
+        new = len(table)
+        origin = table.origin[old]
+        versions = table.versions(mid)
         retire = {"rows": [old], "reason": "update"}
         if keep_history:
             redacted: set[str] = set()
         else:
-            live = {self._texts[r] for r in self._row_of.values() if r != old}
-            redacted = {self._texts[r] for r in versions} - live - {text, ""}
+            live = {table.texts[r] for r in table.row_of.values() if r != old}
+            redacted = {table.texts[r] for r in versions} - live - {text, ""}
             # Versions an earlier forget emptied are tombstones already.
-            retire["scrubbed"] = [r for r in versions if self._texts[r]]
+            retire["scrubbed"] = [r for r in versions if table.texts[r]]
         with self._journal.transaction() as db:
             seq = self._journal.append_op(db, "retire", retire)
             Journal.retire_memories(db, [old], seq)
             if not keep_history:
                 self._journal.scrub_memories(
-                    db, retire["scrubbed"], self.width or 0, seq
+                    db, retire["scrubbed"], table.width or 0, seq
                 )
                 self._journal.forget_scores(db, sorted(redacted))
             seq = self._journal.append_op(db, "add", {"first": new, "count": 1})
-            self._append_rows(
-                db, [mid], [text], [meta], vectors, [self._origin[old]], seq
-            )
-        self._live[old] = False
-        del self._row_of[mid]
+            self._append_rows(db, [mid], [text], [meta], vectors, [origin], seq)
+        table.retire([old], deleted=False)
         if not keep_history:
-            self._blank_rows(versions)
-        self._apply_retire([old])
-        self._remember_rows([mid], [text], [meta], vectors, [self._origin[old]])
-        self._apply_add(new, 1)
-        self._last_seq = seq
+            table.blank(versions)
+        self.experience.apply_retire([old])
+        table.append([mid], [text], [meta], vectors, [origin])
+        self.experience.apply_add(new, 1)
+        self._committed(seq)
         if not keep_history:
             self._forget_everywhere(redacted, "an update that kept no history")
 
     def _replace_metadata(self, row: int, meta: str) -> None:
-        if meta == json.dumps(self._metadata[row], sort_keys=True):
+        if meta == json.dumps(self.rows.metadata[row], sort_keys=True):
             return
         with self._journal.transaction() as db:
             seq = self._journal.append_op(db, "metadata", {"row": row})
             self._journal.replace_metadata(db, row, meta)
-        self._metadata[row] = json.loads(meta)
-        self._last_seq = seq
-
-    def _live_ids(self, ids: Sequence[MemoryId]) -> list[MemoryId]:
-        """``ids`` checked: a list of well-formed ids of live memories
-        (``ValueError`` / ``KeyError`` naming what is wrong)."""
-        if isinstance(ids, str) or not isinstance(ids, Sequence):
-            raise ValueError("ids must be a list of ids")
-        ids = [check_id(mid, f"ids[{i}]") for i, mid in enumerate(ids)]
-        unknown = [mid for mid in ids if mid not in self._row_of]
-        if unknown:
-            raise KeyError(f"no live memory with id(s) {unknown!r}")
-        return ids
+        self.rows.metadata[row] = json.loads(meta)
+        self._committed(seq)
 
     @serialized
     def delete(self, ids: Sequence[MemoryId]) -> None:
@@ -299,39 +263,31 @@ class MemoryTable:
         candidate again) and name no text.
         """
         self._check_open()
-        ids = self._live_ids(ids)
+        table = self.rows
+        ids = table.live_ids(ids)
         if not ids:
             return
-        rows = sorted({self._row_of[mid] for mid in ids})
+        rows = sorted({table.row_of[mid] for mid in ids})
         forgotten = set(ids)
-        versions = [r for r, mid in enumerate(self._ids) if mid in forgotten]
-        texts = {self._texts[r] for r in versions}
-        kept = {self._texts[r] for r in self._row_of.values() if r not in rows}
+        versions = [r for r, mid in enumerate(table.ids) if mid in forgotten]
+        texts = {table.texts[r] for r in versions}
+        kept = {table.texts[r] for r in table.row_of.values() if r not in rows}
         forgotten_texts = texts - kept - {""}
         # The retire operation names the rows it empties, so the delete log
         # cannot lose a record unseen (Journal.deletion_problems).
-        scrubbed = [r for r in versions if self._texts[r]]
+        scrubbed = [r for r in versions if table.texts[r]]
         with self._journal.transaction() as db:
             seq = self._journal.append_op(
                 db, "retire", {"rows": rows, "reason": "delete", "scrubbed": scrubbed}
             )
             Journal.retire_memories(db, rows, seq)
-            self._journal.scrub_memories(db, scrubbed, self.width or 0, seq)
+            self._journal.scrub_memories(db, scrubbed, table.width or 0, seq)
             self._journal.forget_scores(db, sorted(forgotten_texts))
-        for row in rows:
-            self._live[row] = False
-            del self._row_of[self._ids[row]]
-            self._retired_ids.add(self._ids[row])
-        self._blank_rows(versions)
-        self._apply_retire(rows)
-        self._last_seq = seq
+        table.retire(rows, deleted=True)
+        table.blank(versions)
+        self.experience.apply_retire(rows)
+        self._committed(seq)
         self._forget_everywhere(forgotten_texts, "a delete")
-
-    def _blank_rows(self, rows: Sequence[int]) -> None:
-        for row in rows:
-            self._texts[row] = ""
-            self._metadata[row] = {}
-            self._embeddings[row] = 0.0
 
     def _forget_everywhere(self, texts: set[str], what: str) -> None:
         """After a committed forget: the texts' cached embeddings (and their
@@ -351,9 +307,9 @@ class MemoryTable:
                     type(error).__name__,
                     error,
                 )
-                self._unforgotten = pending
+                self._unforgotten = frozenset(pending)
             else:
-                self._unforgotten = set()
+                self._unforgotten = frozenset()
         if not self._journal.flush_freed():
             # The next delete or the close (SQLite checkpoints when its last
             # connection closes) truncates the WAL.
@@ -369,48 +325,13 @@ class MemoryTable:
     def get(self, ids: Sequence[MemoryId]) -> list[Memory]:
         """The live memories ``ids`` (``KeyError`` naming any unknown or deleted)."""
         self._check_open()
-        ids = self._live_ids(ids)
-        return [
-            Memory(mid, self._texts[r], dict(self._metadata[r]))
-            for mid in ids
-            for r in [self._row_of[mid]]
-        ]
+        table = self.rows
+        return [table.memory(table.row_of[mid]) for mid in table.live_ids(ids)]
 
     @serialized
     def memories(self) -> list[Memory]:
         """Every live memory, in chronological order."""
-        rows = sorted(self._row_of.values(), key=lambda r: (self._origin[r], r))
-        return [
-            Memory(self._ids[r], self._texts[r], dict(self._metadata[r])) for r in rows
-        ]
+        return self.rows.chronological()
 
-    # ---------------------------------------------------------------- querying
 
-    def _eligible(self, where: Mapping | None) -> np.ndarray:
-        live = np.asarray(self._live[: self._visible_rows], bool)
-        if where:
-            match = np.array(
-                [matches(meta, where) for meta in self._metadata[: self._visible_rows]],
-                bool,
-            )
-            live &= match
-        return live
-
-    def _pool_from_vector(self, vector: np.ndarray, where: Mapping | None) -> Query:
-        size = self.config.pool_size
-        count = self._visible_rows
-        similarity = self._embeddings[:count] @ vector
-        eligible = self._eligible(where)
-        similarity = np.where(eligible, similarity, -np.inf).astype(np.float32)
-        take = int(min(size, eligible.sum()))
-        order = np.lexsort((np.arange(count), -similarity))[:take]
-        return self._pool(order, similarity[order])
-
-    def _pool(self, rows: np.ndarray, similarity: np.ndarray) -> Query:
-        size = self.config.pool_size
-        take = len(rows)
-        candidates = np.zeros(size, np.int32)
-        sims = np.zeros(size, np.float32)
-        valid = np.zeros(size, bool)
-        candidates[:take], sims[:take], valid[:take] = rows, similarity, True
-        return Query(jnp.asarray(candidates), jnp.asarray(sims), jnp.asarray(valid))
+__all__ = ["MemoryWrites"]
