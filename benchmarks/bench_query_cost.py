@@ -51,6 +51,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import metadata, print_table, write_json  # noqa: E402
+from benchmarks._machine_load import OtherLoad, load_record  # noqa: E402
 
 POLICIES = ("semantic", "top_similarity", "best", "paper", "full")
 SCORERS = ("in-process", "vllm")
@@ -280,6 +281,7 @@ def main(argv: list[str] | None = None) -> None:
     with contextlib.ExitStack() as stack:
         scorers = _scorers(args, stack, blend_embedder)
         load_before, nice_before = os.getloadavg(), os.nice(0)
+        other = OtherLoad()
         for index, policy in enumerate(args.policies):
             order = args.scorers if index % 2 == 0 else args.scorers[::-1]
             for name in order:
@@ -314,13 +316,9 @@ def main(argv: list[str] | None = None) -> None:
             "embedding_model": "all-MiniLM-L6-v2 (bundled)",
         },
         "scorers": {name: described for name, (_, described) in scorers.items()},
-        "load_average_before": list(load_before),
-        "load_average_after": list(load_after),
+        **load_record(other, load_before, load_after),
         # Another job's tooling may renice a benchmark under its own work.
         "niceness_before_after": [nice_before, nice_after],
-        "machine_busy": bool(
-            max(load_before[0], load_after[0]) > (os.cpu_count() or 1) / 2
-        ),
         "results": results,
     }
     print_table(

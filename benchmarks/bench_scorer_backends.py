@@ -18,8 +18,9 @@ and compares them with ``torch-float32``, the reference:
 ``default`` is what the rule picks on this run: the fastest backend whose
 Recall@10 of Full is within 0.002 of the reference's and whose mean top-10
 overlap is at least 9.5 (``torch-float32`` when none is faster). The load
-average before and after is recorded (``machine_busy`` when it was above
-half the cores).
+average before and after is recorded, and the share of the CPU other
+processes took while the passes ran (``machine_busy`` above a quarter;
+:mod:`benchmarks._machine_load`).
 
     python -m benchmarks.bench_scorer_backends --scorer-model SCORERS/turns-cv3 \\
         --data ../shared/data/locomo --memories turns,observations \\
@@ -44,6 +45,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks._common import print_table, write_json  # noqa: E402
+from benchmarks._machine_load import OtherLoad, load_record  # noqa: E402
 from earm_jax.jobs.metadata import provenance  # noqa: E402
 
 REFERENCE = "torch-float32"
@@ -208,6 +210,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         scorers[name], load_s[name] = scorer, time.perf_counter() - begin
         print(f"[backends] {name}: ready in {load_s[name]:.1f} s", file=sys.stderr)
     load_before = os.getloadavg()
+    other = OtherLoad()
     times: dict[str, dict[str, list[float]]] = {
         s: {b: [] for b in backends} for s in settings
     }
@@ -277,7 +280,6 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         )
     passing = [name for name in backends if summary[name]["passes"]]
     default = max(passing, key=lambda name: summary[name]["pairs_per_s"])
-    cores = os.cpu_count() or 1
     return {
         "benchmark": "scorer_backends",
         "default": default,
@@ -296,9 +298,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         "rounds": args.rounds,
         "batch_size": args.batch_size,
         "threads": args.threads,
-        "load_average_before": list(load_before),
-        "load_average_after": list(load_after),
-        "machine_busy": bool(max(load_before[0], load_after[0]) > cores / 2),
+        **load_record(other, load_before, load_after),
         "versions": {
             package: _version(package)
             for package in ("torch", "transformers", "onnxruntime", "onnx")

@@ -19,8 +19,9 @@ on all of them alike. Reported per path and concurrency: ``pairs_per_s``
 ``torch-float32``'s pass time over the path's), and per request the latency
 of the scorer call, p50 and p95 over every round; per path its agreement
 with ``torch-float32`` (max |Δscore|, top-10 overlap per request). The load
-average before and after is recorded (``machine_busy`` when it was above
-half the cores).
+average before and after is recorded, and the share of the CPU other
+processes took while the passes ran (``machine_busy`` above a quarter;
+:mod:`benchmarks._machine_load`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks._common import print_table, write_json  # noqa: E402
+from benchmarks._machine_load import OtherLoad, load_record  # noqa: E402
 from benchmarks._serve import served_scorer, vllm_version  # noqa: E402
 from benchmarks.bench_scorer_backends import question_pools, top  # noqa: E402
 
@@ -164,6 +166,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             one_pass(scorer, requests[:2], 1)
         paths = list(scorers)
         load_before, nice_before = os.getloadavg(), os.nice(0)
+        other = OtherLoad()
         runs: dict[str, dict[int, list[dict]]] = {
             p: {c: [] for c in levels} for p in paths
         }
@@ -206,7 +209,6 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             "concurrency": by_level,
             **agreement(reference, runs[path][levels[0]][0]["scores"]),
         }
-    cores = os.cpu_count() or 1
     return {
         "benchmark": "scoring_trained",
         "model": name,
@@ -228,11 +230,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             "startup_s": server["startup_s"],
             "vllm": vllm_version(),
         },
-        "load_average_before": list(load_before),
-        "load_average_after": list(load_after),
+        **load_record(other, load_before, load_after),
         # Another job's tooling may renice a benchmark under its own work.
         "niceness_before_after": [nice_before, nice_after],
-        "machine_busy": bool(max(load_before[0], load_after[0]) > cores / 2),
         "meta": meta,
     }
 
