@@ -65,11 +65,12 @@ class OtherLoad:
         return min(max(others / wall, 0.0), 1.0) if wall > 0 else 0.0
 
 
-def load_record(other: OtherLoad, load_before, load_after) -> dict:
+def load_record(share: float | None, load_before, load_after) -> dict:
     """The JSON fields of a run's load: the load averages, the other
-    processes' share of the CPU and ``machine_busy`` from that share
+    processes' share of the CPU (:meth:`OtherLoad.share`, taken while every
+    process the run started is still alive: a server's workers that exit
+    unreaped would count as others) and ``machine_busy`` from that share
     (both ``None`` where it cannot be read)."""
-    share = other.share()
     return {
         "load_average_before": list(load_before),
         "load_average_after": list(load_after),

@@ -228,6 +228,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
                 logits[setting].setdefault(name, values)
         print(f"[backends] round {round_index + 1}/{args.rounds}", file=sys.stderr)
     load_after = os.getloadavg()
+    others = other.share()
     per_setting: dict[str, Any] = {}
     pooled: dict[str, dict[str, Any]] = {b: {"seconds": 0.0} for b in backends}
     all_reference, all_scores = [], {b: [] for b in backends}
@@ -298,7 +299,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         "rounds": args.rounds,
         "batch_size": args.batch_size,
         "threads": args.threads,
-        **load_record(other, load_before, load_after),
+        **load_record(others, load_before, load_after),
         "versions": {
             package: _version(package)
             for package in ("torch", "transformers", "onnxruntime", "onnx")

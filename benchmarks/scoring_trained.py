@@ -185,6 +185,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
                         file=sys.stderr,
                     )
         load_after, nice_after = os.getloadavg(), os.nice(0)
+        others = other.share()
         scorers[SERVER].close()
     reference = runs[REFERENCE][levels[0]][0]["scores"]
     results = {}
@@ -230,7 +231,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             "startup_s": server["startup_s"],
             "vllm": vllm_version(),
         },
-        **load_record(other, load_before, load_after),
+        **load_record(others, load_before, load_after),
         # Another job's tooling may renice a benchmark under its own work.
         "niceness_before_after": [nice_before, nice_after],
         "meta": meta,

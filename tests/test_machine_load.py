@@ -34,7 +34,7 @@ def test_the_share_is_the_machine_s_cpu_less_the_run_s(monkeypatch, machine, own
     clock.update(machine=100.0 + machine, own=50.0 + own, wall=8.0)
     expected = (machine - own) / 16.0
     assert other.share() == pytest.approx(expected)
-    record = load_record(other, (1.0, 1.0, 1.0), (9.0, 5.0, 3.0))
+    record = load_record(other.share(), (1.0, 1.0, 1.0), (9.0, 5.0, 3.0))
     assert record["machine_busy"] is busy
     assert record["other_processes_cpu_share"] == pytest.approx(expected, abs=1e-4)
     assert record["load_average_after"] == [9.0, 5.0, 3.0]
@@ -42,6 +42,6 @@ def test_the_share_is_the_machine_s_cpu_less_the_run_s(monkeypatch, machine, own
 
 def test_unreadable_machine_time_is_unknown_not_idle(monkeypatch):
     monkeypatch.setattr(_machine_load, "_machine_busy_seconds", lambda: None)
-    record = load_record(OtherLoad(), (0.0,) * 3, (0.0,) * 3)
+    record = load_record(OtherLoad().share(), (0.0,) * 3, (0.0,) * 3)
     assert record["other_processes_cpu_share"] is None
     assert record["machine_busy"] is None
