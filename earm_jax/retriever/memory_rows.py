@@ -73,8 +73,9 @@ class MemoryRows:
         )
         self.width = int(vectors.shape[1])
 
-    def load(self, row, mid, text, metadata, vector, origin, live) -> None:
-        """One stored row, in order (opening a folder)."""
+    def load(self, row, mid, text, metadata, origin, live) -> None:
+        """One stored row, in order (opening a folder; the embeddings follow
+        in :meth:`finish_loading`)."""
         self.ids.append(mid)
         self.texts.append(text)
         self.metadata.append(metadata)

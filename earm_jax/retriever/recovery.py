@@ -338,7 +338,7 @@ class Recovery:
                     f"retire it at {retired_by_ops.get(row)}"
                 )
             embeddings.append(vector)
-            table.load(row, mid, text, metadata, vector, origin, retired is None)
+            table.load(row, mid, text, metadata, origin, retired is None)
         table.finish_loading(embeddings)
         # The experience: snapshot + replay.
         self.experience = experience = Experience(self.config, self._policy_width())
