@@ -16,14 +16,39 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 
 class ServeScorerError(RuntimeError):
     """``earm serve-scorer`` exited, or printed no URL in time."""
+
+
+@contextlib.contextmanager
+def stopping_on_sigterm() -> Iterator[None]:
+    """Inside it, SIGTERM raises ``SystemExit(143)`` instead of ending the
+    process at once, so the ``finally`` blocks that stop a benchmark's servers
+    run: a server is a process of its own (in its own session for vLLM) and
+    outlives a benchmark that dies of the signal's default action. A second
+    SIGTERM during that clean-up is ignored. Only the main thread can set a
+    handler; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def leave(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, leave)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _read_url(process: subprocess.Popen[str], timeout_s: float) -> str:
@@ -50,11 +75,16 @@ def _read_url(process: subprocess.Popen[str], timeout_s: float) -> str:
 
 @contextlib.contextmanager
 def served_scorer(
-    model: str | Path, name: str, startup_timeout_s: float = 900.0
+    model: str | Path,
+    name: str,
+    startup_timeout_s: float = 900.0,
+    program: tuple[str, ...] = (sys.executable, "-m", "earm_jax.cli"),
 ) -> Iterator[dict[str, Any]]:
     """Runs ``earm serve-scorer --model MODEL --served-model-name NAME --port 0``
     and yields ``{"base_url", "model", "startup_s", "command", "log"}``;
-    SIGTERM (the command's own clean stop) on exit.
+    SIGTERM (the command's own clean stop) on exit, also when the benchmark
+    itself is sent SIGTERM (:func:`stopping_on_sigterm`). ``program`` is how
+    ``earm`` is started (this interpreter's, by default).
 
     Raises:
       ServeScorerError: the server did not come up (the message ends with the
@@ -73,35 +103,36 @@ def served_scorer(
         prefix="serve-scorer-", suffix=".log", delete=False
     )
     started = time.perf_counter()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "earm_jax.cli", *arguments],
-        stdout=subprocess.PIPE,
-        stderr=log,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
+    with stopping_on_sigterm():
+        process = subprocess.Popen(
+            [*program, *arguments],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
         try:
-            url = _read_url(process, startup_timeout_s)
-        except ServeScorerError as error:
-            tail = Path(log.name).read_text(errors="replace")[-2000:]
-            raise ServeScorerError(f"{error}; its log ends:\n{tail}") from None
-        yield {
-            "base_url": url,
-            "model": name,
-            "startup_s": time.perf_counter() - started,
-            "command": "earm " + " ".join(arguments),
-            "log": log.name,
-        }
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
             try:
-                process.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=30)
-        log.close()
+                url = _read_url(process, startup_timeout_s)
+            except ServeScorerError as error:
+                tail = Path(log.name).read_text(errors="replace")[-2000:]
+                raise ServeScorerError(f"{error}; its log ends:\n{tail}") from None
+            yield {
+                "base_url": url,
+                "model": name,
+                "startup_s": time.perf_counter() - started,
+                "command": "earm " + " ".join(arguments),
+                "log": log.name,
+            }
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(timeout=30)
+            log.close()
 
 
 def vllm_version() -> str:
@@ -112,4 +143,4 @@ def vllm_version() -> str:
     return "none" if found is None else f"{found[0]} {found[1]}"
 
 
-__all__ = ["ServeScorerError", "served_scorer", "vllm_version"]
+__all__ = ["ServeScorerError", "served_scorer", "stopping_on_sigterm", "vllm_version"]

@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks import scoring_trained  # noqa: E402
 from benchmarks._common import RESULTS, metadata, write_json  # noqa: E402
+from benchmarks._serve import stopping_on_sigterm  # noqa: E402
 from earm_jax.jobs.metadata import machine  # noqa: E402
 from earm_jax.scoring.serve import (  # noqa: E402
     VllmServerConfig,
@@ -168,7 +169,10 @@ def main() -> None:
         ),
     ]
     results = []
-    with running_servers(configs, startup_timeout_s=600.0) as (llm, cross_encoder):
+    with (
+        stopping_on_sigterm(),
+        running_servers(configs, startup_timeout_s=600.0) as (llm, cross_encoder),
+    ):
         targets = {
             "yesno": (llm.base_url, "tiny-llm"),
             "rerank": (cross_encoder.base_url, "tiny-ce"),
