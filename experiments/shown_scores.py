@@ -11,9 +11,12 @@ error, mean shown against mean answer, and Spearman's rank correlation over
 all such pairs; paid memories show their answer by construction and are
 only counted.
 
+Unpaid memories are returned only when ``k`` exceeds what a query paid
+(with ``best`` at 25% and ``k = 10`` every returned memory is paid), hence:
+
     python experiments/shown_scores.py --scores \\
-        experiments/scores/turns-500steps-scores.npz --conversations 26,30 \\
-        --preset best --call-budget 0.25 [--out X.json]
+        experiments/scores/turns-500steps-scores.npz --conversations 26,30,41 \\
+        --k 30 --call-budget 0.10 [--out X.json]
 """
 
 from __future__ import annotations
@@ -73,10 +76,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="../shared/data/locomo")
     parser.add_argument("--scores", required=True, help="a recorded-answers file")
-    parser.add_argument("--conversations", default="26,30")
+    parser.add_argument("--conversations", default="26,30,41")
     parser.add_argument("--preset", default="best")
-    parser.add_argument("--call-budget", type=float, default=0.25)
-    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--call-budget", type=float, default=0.10)
+    parser.add_argument("--k", type=int, default=30)
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
 
@@ -109,6 +112,11 @@ def main(argv: list[str] | None = None) -> None:
         )
     shown, truth, paid = (np.concatenate(parts) for parts in zip(*rows, strict=True))
     unpaid = ~paid
+    if not unpaid.any():
+        raise SystemExit(
+            f"every one of the {len(shown)} memories returned was paid: ask for "
+            "more than a query pays (a larger --k or a smaller --call-budget)"
+        )
     report = {
         "preset": args.preset,
         "call_budget": args.call_budget,
