@@ -3,12 +3,13 @@ r"""Bootstrap confidence intervals for per-query metrics (host side, NumPy).
 Every function takes per-query values (any shape; flattened), optionally a
 ``where`` mask of the queries to use (e.g. ``RankingMetrics.has_relevant``) and
 optionally ``clusters``: a label per query (e.g. the stream index). Without
-``clusters`` the queries are resampled i.i.d. with :func:`scipy.stats.bootstrap`
-(percentile by default, BCa on request). With ``clusters`` whole clusters are
-resampled with replacement (all their queries come along) and the statistic is
-recomputed from the resampled cluster sums: the honest interval when queries of
-one stream are correlated (same memories, recurring needs). It is a percentile
-interval computed by this module.
+``clusters`` the queries are resampled i.i.d. as :func:`scipy.stats.bootstrap`
+resamples them (the same draws for the same seed; percentile by default, basic
+or BCa on request), each resample's sums one product with its draw counts.
+With ``clusters`` whole clusters are resampled with replacement (all their
+queries come along) and the statistic is recomputed from the resampled
+cluster sums: the honest interval when queries of one stream are correlated
+(same memories, recurring needs). It is a percentile interval.
 
 Contrasts are *paired*: both policies are evaluated on the same resampled
 queries (or streams), so the interval is for the mean of the per-query
@@ -29,8 +30,9 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple, TypedDict, Unpack
 
 import numpy as np
@@ -38,6 +40,7 @@ import scipy.stats
 from numpy.typing import ArrayLike
 
 _MAX_RESAMPLE_ELEMENTS = 1 << 23  # per vectorized chunk (64 MiB of float64)
+_MAX_CACHED_COUNTS = 1 << 23  # resample counts kept between calls (64 MiB)
 
 
 class ConfidenceInterval(NamedTuple):
@@ -153,31 +156,14 @@ def _bootstrap(
             return ConfidenceInterval(
                 estimate, estimate, estimate, 0.0, num_queries, num_queries
             )
-
-        def vectorized(*samples: np.ndarray, axis: int = -1) -> np.ndarray:
-            sums = np.stack([s.sum(axis=axis) for s in samples], -1)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                return statistic(sums, np.asarray(samples[0].shape[axis]))
-
-        # A resample distribution that is constant or NaN (e.g. a gain recovery
-        # whose denominator vanishes on some resamples) makes scipy warn; the
-        # interval it returns (zero-width or NaN) is the honest answer.
-        with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", scipy.stats.DegenerateDataWarning)
-            result = scipy.stats.bootstrap(
-                tuple(columns.T),
-                vectorized,
-                n_resamples=num_resamples,
-                batch=max(1, _MAX_RESAMPLE_ELEMENTS // (num_queries * num_columns)),
-                vectorized=True,
-                paired=True,
-                confidence_level=confidence,
-                method=method,
-                rng=np.random.default_rng(seed),
+        if method.lower() == "bca":
+            low, high, spread = _scipy_bca(
+                statistic, columns, num_resamples, confidence, seed
             )
-        low = float(result.confidence_interval.low)
-        high = float(result.confidence_interval.high)
-        spread = float(result.standard_error)
+        else:
+            low, high, spread = _iid_interval(
+                statistic, columns, estimate, num_resamples, confidence, method, seed
+            )
     else:
         if method != "percentile":
             raise ValueError(
@@ -202,6 +188,126 @@ def _bootstrap(
                 )
         low, high, spread = _percentiles(np.concatenate(draws), confidence)
     return ConfidenceInterval(estimate, low, high, spread, num_queries, num_units)
+
+
+def _batch_size(num_queries: int, num_columns: int) -> int:
+    """Resamples per vectorized chunk (scipy's ``batch``, the same bound)."""
+    return max(1, _MAX_RESAMPLE_ELEMENTS // (num_queries * num_columns))
+
+
+def _count_blocks(
+    num_queries: int, num_resamples: int, batch: int, seed: int
+) -> Iterator[np.ndarray]:
+    """``float64[b, Q]`` how often each query is drawn in each resample, in
+    chunks of ``batch`` resamples: the very draws :func:`scipy.stats.bootstrap`
+    makes with ``paired=True``, ``batch`` and ``rng=default_rng(seed)``.
+
+    A resample's column sums are then one matrix product with these counts
+    instead of a gather of ``Q`` values per resample and column."""
+    rng = np.random.default_rng(seed)
+    for start in range(0, num_resamples, batch):
+        size = min(batch, num_resamples - start)
+        picks = rng.integers(0, num_queries, (size, num_queries))
+        flat = picks + (np.arange(size) * num_queries)[:, None]
+        counts = np.bincount(flat.reshape(-1), minlength=size * num_queries)
+        yield counts.reshape(size, num_queries).astype(np.float64)
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_counts(
+    num_queries: int, num_resamples: int, batch: int, seed: int
+) -> tuple[np.ndarray, ...]:
+    blocks = tuple(_count_blocks(num_queries, num_resamples, batch, seed))
+    for block in blocks:
+        block.flags.writeable = False
+    return blocks
+
+
+def _resample_counts(
+    num_queries: int, num_resamples: int, batch: int, seed: int
+) -> Iterable[np.ndarray]:
+    """The count blocks; kept between calls when small. A report bootstraps
+    every policy, metric and contrast over the same queries with the same
+    seed, so they all share one set of resamples, drawn once."""
+    if num_queries * num_resamples <= _MAX_CACHED_COUNTS:
+        return _cached_counts(num_queries, num_resamples, batch, seed)
+    return _count_blocks(num_queries, num_resamples, batch, seed)
+
+
+def _iid_interval(
+    statistic: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    columns: np.ndarray,
+    estimate: float,
+    num_resamples: int,
+    confidence: float,
+    method: str,
+    seed: int,
+) -> tuple[float, float, float]:
+    """The i.i.d. percentile or basic interval, equal to
+    :func:`scipy.stats.bootstrap`'s with the same seed (same resamples, same
+    quantiles, up to the order of floating-point sums)."""
+    if method.lower() not in ("percentile", "basic"):
+        raise ValueError(
+            f"method must be 'percentile', 'basic' or 'BCa', got {method!r}"
+        )
+    num_queries, num_columns = columns.shape
+    batch = _batch_size(num_queries, num_columns)
+    size = np.asarray(num_queries)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        draws = np.concatenate(
+            [
+                statistic(counts @ columns, size)
+                for counts in _resample_counts(num_queries, num_resamples, batch, seed)
+            ]
+        )
+    alpha = (1.0 - confidence) / 2.0
+    # Infinite or NaN draws (a ratio whose denominator vanishes on some
+    # resamples) give an infinite or NaN interval: the honest answer.
+    with np.errstate(invalid="ignore"):
+        low, high = np.quantile(draws, [alpha, 1.0 - alpha])
+        if method.lower() == "basic":
+            low, high = 2.0 * estimate - high, 2.0 * estimate - low
+        spread = float(np.std(draws, ddof=1))
+    return float(low), float(high), spread
+
+
+def _scipy_bca(
+    statistic: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    columns: np.ndarray,
+    num_resamples: int,
+    confidence: float,
+    seed: int,
+) -> tuple[float, float, float]:
+    """The BCa interval, from :func:`scipy.stats.bootstrap` itself (its
+    jackknife needs the per-query statistic)."""
+    num_queries, num_columns = columns.shape
+
+    def vectorized(*samples: np.ndarray, axis: int = -1) -> np.ndarray:
+        sums = np.stack([s.sum(axis=axis) for s in samples], -1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return statistic(sums, np.asarray(samples[0].shape[axis]))
+
+    # A resample distribution that is constant or NaN (e.g. a gain recovery
+    # whose denominator vanishes on some resamples) makes scipy warn; the
+    # interval it returns (zero-width or NaN) is the honest answer.
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", scipy.stats.DegenerateDataWarning)
+        result = scipy.stats.bootstrap(
+            tuple(columns.T),
+            vectorized,
+            n_resamples=num_resamples,
+            batch=_batch_size(num_queries, num_columns),
+            vectorized=True,
+            paired=True,
+            confidence_level=confidence,
+            method="BCa",
+            rng=np.random.default_rng(seed),
+        )
+    return (
+        float(result.confidence_interval.low),
+        float(result.confidence_interval.high),
+        float(result.standard_error),
+    )
 
 
 def _mean(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:

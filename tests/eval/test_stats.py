@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -116,3 +118,74 @@ def test_where_mask_and_degenerate_inputs():
         mean_ci(values, where=where, clusters=np.arange(2)[:, None], method="BCa")
     with pytest.raises(ValueError, match="shape"):
         contrast_ci(np.ones(3), np.ones(4))
+
+
+def _scipy_interval(statistic, columns, method, seed, num_resamples=2000):
+    """scipy.stats.bootstrap on the same columns, as the module called it
+    before computing the resample sums itself."""
+    import scipy.stats
+
+    def vectorized(*samples, axis=-1):
+        sums = np.stack([s.sum(axis=axis) for s in samples], -1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return statistic(sums, np.asarray(samples[0].shape[axis]))
+
+    num_queries, num_columns = columns.shape
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        # A few queries give NaN recoveries on some resamples: scipy warns.
+        warnings.simplefilter("ignore", scipy.stats.DegenerateDataWarning)
+        result = scipy.stats.bootstrap(
+            tuple(columns.T),
+            vectorized,
+            n_resamples=num_resamples,
+            batch=max(1, (1 << 23) // (num_queries * num_columns)),
+            vectorized=True,
+            paired=True,
+            method=method,
+            rng=np.random.default_rng(seed),
+        )
+    interval = result.confidence_interval
+    return interval.low, interval.high, result.standard_error
+
+
+@pytest.mark.parametrize("method", ["percentile", "basic"])
+@pytest.mark.parametrize("num_queries", [40, 1986, 5000])
+def test_iid_interval_equals_scipy_bootstrap(method, num_queries):
+    """The i.i.d. interval draws scipy's resamples (the same seed gives the
+    same draws, across scipy's batches too: 5000 queries x 3 columns is two
+    batches) and sums them as a product with their counts: equal to scipy's
+    interval up to the order of the sums."""
+    from earm_jax.eval import stats
+
+    rng = np.random.default_rng(num_queries)
+    semantic = rng.integers(0, 2, num_queries).astype(float)
+    full = np.maximum(semantic, rng.integers(0, 2, num_queries))
+    mixed = np.where(rng.uniform(size=num_queries) < 0.5, semantic, full)
+    cases = [
+        (stats._mean, mean_ci(mixed, method=method, seed=3), (mixed,)),
+        (
+            stats._recovery,
+            gain_recovery(semantic, mixed, full, method=method, seed=3),
+            (semantic, mixed, full),
+        ),
+    ]
+    for statistic, ours, arrays in cases:
+        low, high, spread = _scipy_interval(
+            statistic, np.stack(arrays, -1), method, seed=3
+        )
+        close = {"rel": 1e-12, "abs": 1e-12, "nan_ok": True}
+        assert ours.low == pytest.approx(low, **close)
+        assert ours.high == pytest.approx(high, **close)
+        assert ours.standard_error == pytest.approx(spread, rel=1e-9, nan_ok=True)
+
+
+def test_iid_interval_is_the_same_when_drawn_again():
+    """Kept resamples are never changed by a caller: a second interval over
+    the same queries and seed is the first one."""
+    values = np.random.default_rng(9).normal(size=300)
+    first = mean_ci(values, seed=4)
+    mean_ci(values * 2.0, seed=4)
+    gain_recovery(values, values * 0.5, values * 2.0 + 1.0, seed=4)
+    assert mean_ci(values, seed=4) == first
+    with pytest.raises(ValueError, match="method"):
+        mean_ci(values, method="studentized")
