@@ -260,15 +260,12 @@ def _iid_interval(
                 for counts in _resample_counts(num_queries, num_resamples, batch, seed)
             ]
         )
-    alpha = (1.0 - confidence) / 2.0
     # Infinite or NaN draws (a ratio whose denominator vanishes on some
     # resamples) give an infinite or NaN interval: the honest answer.
-    with np.errstate(invalid="ignore"):
-        low, high = np.quantile(draws, [alpha, 1.0 - alpha])
-        if method.lower() == "basic":
-            low, high = 2.0 * estimate - high, 2.0 * estimate - low
-        spread = float(np.std(draws, ddof=1))
-    return float(low), float(high), spread
+    low, high, spread = _percentiles(draws, confidence)
+    if method.lower() == "basic":
+        low, high = 2.0 * estimate - high, 2.0 * estimate - low
+    return low, high, spread
 
 
 def _scipy_bca(
