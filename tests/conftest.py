@@ -117,9 +117,10 @@ def pytest_configure(config):
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """The durable retriever's tests (kill -9 runs, the agent loop, adapters:
-    5-8 min together) are the slow tier as a whole folder, so that
-    ``-m "not slow"`` stays the fast tier, except the ``basics`` (a few kill,
-    lock and checksum cases) that the fast tier runs too. Under pytest-xdist
+    5-8 min together) are the slow tier as a whole folder, and so is every
+    test measured at more than a few seconds (``tests/durations.json``), so
+    that ``-m "not slow"`` stays the fast tier, except the ``basics`` (a few
+    kill, lock and checksum cases) that the fast tier runs too. Under pytest-xdist
     (``--dist loadgroup``) the real-server tests share one worker, so the
     vLLM servers they share start once per run, not once per worker.
 
@@ -127,15 +128,32 @@ def pytest_collection_modifyitems(config, items):
     and the notebooks) run first: the scheduler hands out tests in this order,
     and short tests at the end keep both workers busy to the last minute
     instead of one long test running alone."""
+    measured_slow = _measured_slow()
     for item in items:
         retriever = Path(str(item.path)).parent.name == "retriever"
-        if retriever and item.get_closest_marker("basics") is None:
+        basics = item.get_closest_marker("basics") is not None
+        if (retriever or item.nodeid in measured_slow) and not basics:
             item.add_marker(pytest.mark.slow)
         if _in_folder(item, "core"):
             item.add_marker(pytest.mark.xla_optimized)
         if item.get_closest_marker("vllm") is not None:
             item.add_marker(pytest.mark.xdist_group("vllm-servers"))
     items.sort(key=_minutes_long_first)
+
+
+DURATIONS = Path(__file__).parent / "durations.json"
+
+
+def _measured_slow() -> set[str]:
+    """The tests whose measured time (``tests/durations.json``, written by
+    ``scripts/slow_tests.py`` from a run's ``--durations=0``) is at least the
+    file's threshold: the slow tier, so that the fast tier fits a few
+    minutes on 2 cores. A test not in the file counts as fast."""
+    if not DURATIONS.exists():
+        return set()
+    recorded = json.loads(DURATIONS.read_text(encoding="utf-8"))
+    threshold = recorded["threshold_s"]
+    return {test for test, s in recorded["seconds"].items() if s >= threshold}
 
 
 def _minutes_long_first(item) -> int:

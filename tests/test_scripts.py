@@ -5,6 +5,9 @@ the package), and no benchmark file grows past what one reader can hold."""
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,3 +67,73 @@ def test_the_durations_table_reads_a_pytest_log(tmp_path):
     assert found.count("\n| ") == 4  # the header, its rule and two rows
     with pytest.raises(ValueError, match="slowest"):
         module.table("===== 10 passed in 1.00s =====\n")
+
+
+def test_slow_tests_sums_each_test_and_keeps_what_the_log_lacks():
+    """scripts/slow_tests.py sums a test's phases (ids with spaces and
+    xdist's ``@group`` suffix included), replaces the times it measured
+    again, keeps those the log lacks and drops tests no longer collected."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "slow_tests", REPO / "scripts" / "slow_tests.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    log = (
+        "===== slowest durations =====\n"
+        "6.50s call     tests/a.py::test_x[1]\n"
+        "2.00s setup    tests/a.py::test_x[1]\n"
+        "1.25s call     tests/b.py::test_y[a b]@locomo-minilm\n"
+        "===== 10 passed in 120.00s (0:02:00) =====\n"
+    )
+    fresh = module.measured(log)
+    assert fresh == {"tests/a.py::test_x[1]": 8.5, "tests/b.py::test_y[a b]": 1.25}
+    old = {
+        "threshold_s": 5.0,
+        "seconds": {
+            "tests/a.py::test_x[1]": 1.0,
+            "tests/c.py::test_z": 9.0,
+            "tests/gone.py::test_old": 30.0,
+        },
+    }
+    present = {"tests/a.py::test_x[1]", "tests/b.py::test_y[a b]", "tests/c.py::test_z"}
+    assert module.merged(old, fresh, present)["seconds"] == {
+        "tests/a.py::test_x[1]": 8.5,
+        "tests/b.py::test_y[a b]": 1.25,
+        "tests/c.py::test_z": 9.0,
+    }
+    with pytest.raises(ValueError, match="slowest"):
+        module.measured("===== 10 passed in 1.00s =====\n")
+
+
+def test_the_recorded_slow_tests_leave_the_fast_tier():
+    """A test recorded at or above tests/durations.json's threshold is
+    deselected by ``-m "not slow"`` (the fast tier); a retriever ``basics``
+    test stays in it whatever its recorded time."""
+    recorded = json.loads((REPO / "tests" / "durations.json").read_text())
+    threshold = recorded["threshold_s"]
+    slow = sorted(t for t, s in recorded["seconds"].items() if s >= threshold)
+    assert 0 < len(slow) < len(recorded["seconds"])
+    core = next(t for t in slow if t.startswith("tests/core/"))
+    basics = next(t for t in slow if t.startswith("tests/retriever/test_lock.py::"))
+    listing = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-m",
+            "not slow",
+            core.split("::")[0],
+            basics.split("::")[0],
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    fast = {line.strip() for line in listing.splitlines() if "::" in line}
+    assert core not in fast and basics in fast
+    assert any(t.startswith(core.split("::")[0]) for t in fast)

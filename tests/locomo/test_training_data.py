@@ -18,6 +18,9 @@ from earm_jax.locomo.training_data import (
 from earm_jax.store.embeddings import Embedder
 
 pytestmark = pytest.mark.locomo
+# The stream fixture embeds a conversation's turns with MiniLM (~20 s on 2
+# cores): its tests are the slow tier's.
+EMBEDS_A_CONVERSATION = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +30,7 @@ def stream(conversations, embedding_cache_dir):
     return build_streams(chosen, Embedder(cache_dir=embedding_cache_dir))[0]
 
 
+@EMBEDS_A_CONVERSATION
 def test_groups_hold_the_evidence_and_pool_negatives(stream):
     groups = training_groups(stream, hard_pool=5)
     relevant_rows = stream.meta.memory_set.relevant_rows
@@ -53,6 +57,7 @@ def test_groups_hold_the_evidence_and_pool_negatives(stream):
             assert group.positive not in group.hard_negatives + group.other_negatives
 
 
+@EMBEDS_A_CONVERSATION
 def test_held_back_questions_give_no_groups(stream):
     count = len(stream.meta.query_texts)
     held = validation_questions(count, 0.5, seed=3)
@@ -66,6 +71,7 @@ def test_held_back_questions_give_no_groups(stream):
         validation_questions(count, 1.0, seed=0)
 
 
+@EMBEDS_A_CONVERSATION
 def test_pool_pairs_are_the_valid_candidates(stream):
     chosen = np.zeros(len(stream.meta.query_texts), bool)
     chosen[[1, 4]] = True
