@@ -2,22 +2,24 @@
 ``tests/durations.json``, read by ``tests/conftest.py``.
 
     .venv/bin/python -m pytest -m "not vllm and not slow" -n 2 \\
-        --durations=0 --durations-min=0.5 -q -p no:cacheprovider | tee fast.log
+        --durations=0 --durations-min=0 -q -p no:cacheprovider | tee fast.log
     .venv/bin/python scripts/slow_tests.py fast.log
 
-reads pytest's durations block (every phase of every test that took at least
-``--durations-min``), sums each test's setup, call and teardown and merges
-them into the file: a test measured again gets its new time, a test the log
-does not hold keeps its old one (the fast tier no longer runs the tests that
-left it, so their times come from the run that moved them out), and a test
-that is no longer collected is dropped. Any pytest log with a
-``--durations=0`` block will do (a full run's, for instance).
+reads pytest's durations block (every phase of every test the run ran),
+sums each test's setup, call and teardown and merges them into the file: a
+test measured again gets its new time, a test the log does not hold keeps
+its old one (the fast tier no longer runs the tests that left it, so their
+times come from the run that moved them out), and a test that is no longer
+collected is dropped. The file keeps the tests at ``FLOOR_S`` or more (a
+test measured again below it leaves the file). Any pytest log with a
+``--durations=0 --durations-min=0`` block will do (a full run's, for
+instance).
 
 The conftest marks ``slow`` every test whose recorded time is at least the
 file's ``threshold_s`` (a retriever ``basics`` test stays in the fast tier
 whatever its time): the fast tier is then what fits a few minutes on 2
 cores. ``--threshold S`` changes the threshold; ``--check`` writes nothing
-and exits 1 when the file would change.
+and exits 1 when merging the log would change the file.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ ROW = re.compile(r"^(\d+\.\d+)s (setup|call|teardown)\s+(.+?)\s*$")
 # pytest-xdist's loadgroup scheduling appends "@group" to the ids it reports.
 GROUP = re.compile(r"@[\w-]+$")
 DEFAULT_THRESHOLD_S = 5.0
+# Shorter tests are left out of the file: it records what may cross the threshold.
+FLOOR_S = 0.5
 
 
 def measured(log: str) -> dict[str, float]:
@@ -72,7 +76,9 @@ def collected() -> set[str]:
 def merged(old: dict, fresh: dict[str, float], present: set[str]) -> dict:
     seconds = {**old.get("seconds", {}), **fresh}
     seconds = {
-        test: round(s, 2) for test, s in sorted(seconds.items()) if test in present
+        test: round(s, 2)
+        for test, s in sorted(seconds.items())
+        if test in present and s >= FLOOR_S
     }
     return {**old, "seconds": seconds}
 

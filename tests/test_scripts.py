@@ -72,7 +72,8 @@ def test_the_durations_table_reads_a_pytest_log(tmp_path):
 def test_slow_tests_sums_each_test_and_keeps_what_the_log_lacks():
     """scripts/slow_tests.py sums a test's phases (ids with spaces and
     xdist's ``@group`` suffix included), replaces the times it measured
-    again, keeps those the log lacks and drops tests no longer collected."""
+    again, keeps those the log lacks and drops tests no longer collected or
+    measured again under the floor."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
@@ -85,19 +86,30 @@ def test_slow_tests_sums_each_test_and_keeps_what_the_log_lacks():
         "6.50s call     tests/a.py::test_x[1]\n"
         "2.00s setup    tests/a.py::test_x[1]\n"
         "1.25s call     tests/b.py::test_y[a b]@locomo-minilm\n"
+        "0.20s call     tests/d.py::test_now_quick\n"
         "===== 10 passed in 120.00s (0:02:00) =====\n"
     )
     fresh = module.measured(log)
-    assert fresh == {"tests/a.py::test_x[1]": 8.5, "tests/b.py::test_y[a b]": 1.25}
+    assert fresh == {
+        "tests/a.py::test_x[1]": 8.5,
+        "tests/b.py::test_y[a b]": 1.25,
+        "tests/d.py::test_now_quick": 0.2,
+    }
     old = {
         "threshold_s": 5.0,
         "seconds": {
             "tests/a.py::test_x[1]": 1.0,
             "tests/c.py::test_z": 9.0,
             "tests/gone.py::test_old": 30.0,
+            "tests/d.py::test_now_quick": 12.0,
         },
     }
-    present = {"tests/a.py::test_x[1]", "tests/b.py::test_y[a b]", "tests/c.py::test_z"}
+    present = {
+        "tests/a.py::test_x[1]",
+        "tests/b.py::test_y[a b]",
+        "tests/c.py::test_z",
+        "tests/d.py::test_now_quick",
+    }
     assert module.merged(old, fresh, present)["seconds"] == {
         "tests/a.py::test_x[1]": 8.5,
         "tests/b.py::test_y[a b]": 1.25,
