@@ -127,8 +127,13 @@ def test_the_recorded_slow_tests_leave_the_fast_tier():
     threshold = recorded["threshold_s"]
     slow = sorted(t for t, s in recorded["seconds"].items() if s >= threshold)
     assert 0 < len(slow) < len(recorded["seconds"])
-    core = next(t for t in slow if t.startswith("tests/core/"))
-    basics = next(t for t in slow if t.startswith("tests/retriever/test_lock.py::"))
+    core = next((t for t in slow if t.startswith("tests/core/")), None)
+    basics = next(
+        (t for t in slow if t.startswith("tests/retriever/test_lock.py::")), None
+    )
+    # The file records both kinds today; a remeasured file without them needs
+    # this test to pick other examples, not to pass on nothing.
+    assert core and basics, "no slow core test or slow lock test in durations.json"
     listing = subprocess.run(
         [
             sys.executable,
