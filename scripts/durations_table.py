@@ -19,8 +19,23 @@ from pathlib import Path
 
 PAGE = Path(__file__).resolve().parents[1] / "CONTRIBUTING.md"
 MARKED = re.compile(r"(<!-- durations -->\n)(.*?)(<!-- /durations -->)", re.S)
-ROW = re.compile(r"^(\d+\.\d+)s (setup|call|teardown)\s+(\S+)")
+# A test id may hold spaces (a parameter's text): the id runs to the line's end.
+ROW = re.compile(r"^(\d+\.\d+)s (setup|call|teardown)\s+(.+?)\s*$")
 SUMMARY = re.compile(r"=+ (\d+ passed.*?) in ([\d.]+)s")
+
+
+def duration_rows(log: str) -> list[tuple[str, str, str]]:
+    """``(seconds as printed, phase, test id)`` for each row of a pytest
+    log's durations block, slowest first.
+
+    Raises:
+        ValueError: the log has no durations block.
+    """
+    start = log.find("slowest")
+    if start < 0:
+        raise ValueError("no 'slowest N durations' block in the log")
+    rows = [ROW.match(line) for line in log[start:].splitlines()[1:]]
+    return [(row.group(1), row.group(2), row.group(3)) for row in rows if row]
 
 
 def table(log: str) -> str:
@@ -29,11 +44,7 @@ def table(log: str) -> str:
     Raises:
         ValueError: the log has no durations block or no summary line.
     """
-    start = log.find("slowest")
-    if start < 0:
-        raise ValueError("no 'slowest N durations' block in the log")
-    rows = [ROW.match(line) for line in log[start:].splitlines()[1:]]
-    rows = [row for row in rows if row]
+    rows = duration_rows(log)
     summary = SUMMARY.search(log)
     if not rows or summary is None:
         raise ValueError("the log has no durations rows or no summary line")
@@ -44,7 +55,7 @@ def table(log: str) -> str:
         "| seconds | phase | test |",
         "| --- | --- | --- |",
     ]
-    lines += [f"| {r.group(1)} | {r.group(2)} | `{r.group(3)}` |" for r in rows]
+    lines += [f"| {seconds} | {phase} | `{test}` |" for seconds, phase, test in rows]
     return "\n".join(lines) + "\n"
 
 

@@ -31,9 +31,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+# The durations block is read by the script that makes CONTRIBUTING's table.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from durations_table import duration_rows  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 FILE = REPO / "tests" / "durations.json"
-ROW = re.compile(r"^(\d+\.\d+)s (setup|call|teardown)\s+(.+?)\s*$")
 # pytest-xdist's loadgroup scheduling appends "@group" to the ids it reports.
 GROUP = re.compile(r"@[\w-]+$")
 DEFAULT_THRESHOLD_S = 5.0
@@ -45,17 +48,12 @@ def measured(log: str) -> dict[str, float]:
     """Each test's seconds (setup + call + teardown) from a log's durations block.
 
     Raises:
-        ValueError: the log has no durations block.
+        ValueError: the log has no durations block, or it has no rows.
     """
-    start = log.find("slowest")
-    if start < 0:
-        raise ValueError("no 'slowest durations' block in the log")
     seconds: dict[str, float] = {}
-    for line in log[start:].splitlines()[1:]:
-        row = ROW.match(line)
-        if row:
-            test = GROUP.sub("", row.group(3))
-            seconds[test] = seconds.get(test, 0.0) + float(row.group(1))
+    for printed, _, test in duration_rows(log):
+        test = GROUP.sub("", test)
+        seconds[test] = seconds.get(test, 0.0) + float(printed)
     if not seconds:
         raise ValueError("the durations block has no rows")
     return seconds

@@ -44,16 +44,20 @@ def test_a_benchmark_file_stays_short(path):
     )
 
 
+def _script(name: str):
+    """``scripts/<name>.py`` loaded as a module (the folder is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_the_durations_table_reads_a_pytest_log(tmp_path):
     """scripts/durations_table.py turns a run's durations block into the
     table CONTRIBUTING.md shows, and refuses a log without one."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "durations_table", REPO / "scripts" / "durations_table.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _script("durations_table")
     log = (
         "===== slowest 25 durations =====\n"
         "12.50s call     tests/a.py::test_x[1]\n"
@@ -74,13 +78,7 @@ def test_slow_tests_sums_each_test_and_keeps_what_the_log_lacks():
     xdist's ``@group`` suffix included), replaces the times it measured
     again, keeps those the log lacks and drops tests no longer collected or
     measured again under the floor."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "slow_tests", REPO / "scripts" / "slow_tests.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _script("slow_tests")
     log = (
         "===== slowest durations =====\n"
         "6.50s call     tests/a.py::test_x[1]\n"
