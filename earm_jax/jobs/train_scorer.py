@@ -162,6 +162,13 @@ class TrainScorerJob:
             raise ValueError(
                 f"validation_fraction must be in (0, 1), got {self.validation_fraction}"
             )
+        if self.training.layers:
+            available = base_model_layers(self.base_model or _default_base_model())
+            if available is not None and self.training.layers > available:
+                raise ValueError(
+                    f"layers must be at most the base model's {available}, got "
+                    f"{self.training.layers}"
+                )
         # Checked before training: the scorer is made only after a fold's
         # model is written, minutes in.
         if (
@@ -214,6 +221,17 @@ class TrainScorerJob:
         return manifest
 
 
+def base_model_layers(folder: str | os.PathLike[str]) -> int | None:
+    """How many transformer layers the base model's ``config.json`` says it
+    has (``None``: it does not say, or cannot be read here)."""
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    layers = config.get("num_hidden_layers") if isinstance(config, dict) else None
+    return layers if isinstance(layers, int) else None
+
+
 def stopped_backend(out: str | os.PathLike[str]) -> str | None:
     """The scoring backend of the build in ``out`` (``None``: no manifest
     there), so a resumed build keeps the backend it started with."""
@@ -241,6 +259,10 @@ def _settings_of(job: dict[str, Any] | None) -> Any:
     scoring = settings.get("scoring")
     if isinstance(scoring, dict) and "dtype" in scoring and "backend" not in scoring:
         scoring["backend"] = f"torch-{scoring.pop('dtype')}"
+    # A build started before layers could be cut kept all of them.
+    training = settings.get("training")
+    if isinstance(training, dict):
+        training.setdefault("layers", 0)
     # The same folder named relatively or absolutely is the same build.
     for name in ("data", "out"):
         if isinstance(settings.get(name), str):
@@ -311,7 +333,7 @@ def _train_fold(
         f"{steps} steps)"
     )
     base = job.base_model or str(_default_base_model())
-    tokenizer, model = load_base_model(base)
+    tokenizer, model = load_base_model(base, job.training.layers)
     progress.phase(f"{name} training", steps)
     every = max(1, steps // 50)
 

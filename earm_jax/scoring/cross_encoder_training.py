@@ -87,6 +87,10 @@ class TrainingSettings:
       freeze_word_embeddings: keep the vocabulary embeddings fixed (half of
         MiniLM's weights: a smaller optimizer step, and a few thousand questions
         cannot retrain a vocabulary anyway).
+      layers: keep only the base model's first ``layers`` transformer layers
+        (0: all of them). A pair's cost is nearly proportional to the layers:
+        MiniLM cut to 2 of its 6 scores about 3x as fast, and ranks worse
+        (docs/trained-scorer.md, "A smaller model", measures both).
     """
 
     epochs: float = 2.0
@@ -103,6 +107,7 @@ class TrainingSettings:
     num_threads: int | None = None
     chunk_size: int = 16
     freeze_word_embeddings: bool = True
+    layers: int = 0
 
     def __post_init__(self) -> None:
         def positive_int(name: str) -> None:
@@ -137,6 +142,10 @@ class TrainingSettings:
             )
         if isinstance(self.max_steps, bool) or self.max_steps < 0:
             raise ValueError(f"max_steps must be >= 0, got {self.max_steps}")
+        if isinstance(self.layers, bool) or not isinstance(self.layers, int):
+            raise ValueError(f"layers must be an int >= 0, got {self.layers!r}")
+        if self.layers < 0:
+            raise ValueError(f"layers must be an int >= 0, got {self.layers!r}")
 
     def num_steps(self, num_groups: int) -> int:
         steps = max(1, math.ceil(self.epochs * num_groups / self.groups_per_step))
@@ -218,10 +227,16 @@ def _autocast(precision: Precision) -> Any:
     return contextlib.nullcontext()
 
 
-def load_base_model(folder: str | os.PathLike[str]) -> tuple[Any, Any]:
+def load_base_model(folder: str | os.PathLike[str], layers: int = 0) -> tuple[Any, Any]:
     """``(tokenizer, one-label sequence-classification model)`` from a local
     BERT-like folder (a sentence-transformers folder works: its transformer
-    weights are the encoder; the classification head starts fresh)."""
+    weights are the encoder; the classification head starts fresh), cut to
+    its first ``layers`` transformer layers (0: all; :func:`keep_layers`).
+
+    Raises:
+      ValueError: naming ``layers`` when the model has fewer, or is not a
+        model whose layers can be cut.
+    """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from transformers import (
@@ -239,7 +254,28 @@ def load_base_model(folder: str | os.PathLike[str]) -> tuple[Any, Any]:
         )
     finally:
         hf_logging.set_verbosity(verbosity)
+    if layers:
+        keep_layers(model, layers)
     return tokenizer, model
+
+
+def keep_layers(model: Any, layers: int) -> None:
+    """Cuts a BERT-like model to its embeddings, its first ``layers``
+    transformer layers and its head, in place. Keeping the lower layers is
+    the usual way to shrink a pretrained encoder before fine-tuning; the
+    config says how many are left, so the saved folder loads as it is."""
+    encoder = getattr(getattr(model, "base_model", None), "encoder", None)
+    stack = getattr(encoder, "layer", None)
+    if stack is None:
+        raise ValueError(
+            f"layers: cannot cut a {type(model).__name__} (no encoder.layer stack)"
+        )
+    if not 1 <= layers <= len(stack):
+        raise ValueError(
+            f"layers must be between 1 and the base model's {len(stack)}, got {layers}"
+        )
+    del stack[layers:]
+    model.config.num_hidden_layers = layers
 
 
 def _chunked_logits(
@@ -530,6 +566,7 @@ __all__ = [
     "apply_calibration",
     "fit_logistic",
     "fit_platt",
+    "keep_layers",
     "load_base_model",
     "model_logits",
     "sample_group",

@@ -98,6 +98,8 @@ def test_a_conversation_the_model_trained_on_is_refused(
             "4",
             "--hard-negatives",
             "1",
+            "--layers",
+            "2",
             "--out",
             str(folder),
             "--cache-dir",
@@ -113,6 +115,10 @@ def test_a_conversation_the_model_trained_on_is_refused(
         len(manifest["folds"]) == 1
         and "profile-turns.json" in manifest["profiles"].values()
     )
+    # --layers 2: the fold is MiniLM's first 2 layers, and the manifest says so.
+    assert manifest["job"]["training"]["layers"] == 2
+    fold = json.loads((folder / "fold-0" / "config.json").read_text())
+    assert fold["num_hidden_layers"] == 2
     capsys.readouterr()
     out = tmp_path / "x.json"
     args = ["--conversations", "30", "--limit", "3"]
@@ -151,6 +157,8 @@ def test_train_scorer_mistakes_are_one_line(locomo_path, tmp_path, capsys):
         (["--memories", "sessions"], "settings"),
         (["--conversations", "99"], "99"),
         (["--precision", "half"], "precision"),
+        (["--layers", "7"], "layers"),
+        (["--layers", "-1"], "layers"),
     ]
     for extra, word in cases:
         status = main.run(
@@ -165,6 +173,7 @@ def test_train_scorer_mistakes_are_one_line(locomo_path, tmp_path, capsys):
         )
         err = capsys.readouterr().err
         assert status == 2 and err.startswith("error:") and word in err, (extra, err)
+        assert not (tmp_path / "o").exists(), extra
     status = main.run(["train-scorer", "--data", str(locomo_path), "--out", str(full)])
     assert status == 2 and "not an empty folder" in capsys.readouterr().err
 

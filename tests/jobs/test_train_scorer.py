@@ -122,6 +122,35 @@ def test_bad_jobs_name_the_field(tmp_path, locomo_path):
         job = TrainScorerJob(data=str(locomo_path), out=str(tmp_path / "o"))
         with pytest.raises(ValueError, match=field):
             TrainScorerJob(**{**job.__dict__, field: value}).validate()
+    # More layers than the base model has: refused before anything is built.
+    from earm_jax.scoring.cross_encoder_training import TrainingSettings
+
+    job = TrainScorerJob(
+        data=str(locomo_path),
+        out=str(tmp_path / "o"),
+        training=TrainingSettings(layers=7),
+    )
+    with pytest.raises(ValueError, match="layers must be at most the base model's 6"):
+        job.validate()
+    assert not (tmp_path / "o").exists()
+    dataclasses.replace(job, training=TrainingSettings(layers=6)).validate()
+
+
+def test_a_build_started_before_layers_could_be_cut_resumes(tmp_path, locomo_path):
+    """Its manifest's training settings have no ``layers``: it kept them all."""
+    job = TrainScorerJob(data=str(locomo_path), out=str(tmp_path / "o"), resume=True)
+    recorded = json.loads(json.dumps(job.to_json()))
+    del recorded["training"]["layers"]
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "manifest.json").write_text(
+        json.dumps({"complete": False, "job": recorded})
+    )
+    job.validate()
+    from earm_jax.scoring.cross_encoder_training import TrainingSettings
+
+    cut = dataclasses.replace(job, training=TrainingSettings(layers=2))
+    with pytest.raises(ValueError, match="other settings.*layers"):
+        cut.validate()
 
 
 def _two_fold_job(locomo_path, embedding_cache_dir, tmp_path) -> TrainScorerJob:

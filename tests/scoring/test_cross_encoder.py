@@ -7,6 +7,7 @@ and sampling against their definitions.
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -162,9 +163,45 @@ def test_training_settings_name_the_field():
         ("learning_rate", -1.0),
         ("precision", "half"),
         ("max_steps", -1),
+        ("layers", -1),
+        ("layers", 2.0),
     ]:
         with pytest.raises(ValueError, match=field):
             TrainingSettings(**{field: value})
+
+
+def test_a_cut_model_is_the_first_layers_of_the_base_and_saves_as_it_is(tmp_path):
+    """MiniLM cut to 2 of its 6 layers keeps the embeddings, those 2 layers
+    and the pooler exactly; the saved folder reloads with 2 layers and gives
+    the same logits; more layers than the base has is refused by name."""
+    import torch
+
+    from earm_jax.scoring.cross_encoder_training import load_base_model, save_model
+    from earm_jax.store.embeddings import default_model_path
+
+    torch.manual_seed(0)
+    _, full = load_base_model(default_model_path())
+    torch.manual_seed(0)
+    tokenizer, cut = load_base_model(default_model_path(), layers=2)
+    assert len(full.base_model.encoder.layer) == 6
+    assert len(cut.base_model.encoder.layer) == cut.config.num_hidden_layers == 2
+    kept = cut.state_dict()
+    for name, value in full.state_dict().items():
+        if name.startswith("bert.encoder.layer.") and int(name.split(".")[3]) >= 2:
+            assert name not in kept
+        else:
+            # The head starts fresh, drawn the same way from the same seed.
+            assert torch.equal(kept[name], value), name
+    folder = save_model(tokenizer, cut, tmp_path / "cut", 256)
+    config = json.loads((folder / "config.json").read_text())
+    assert config["num_hidden_layers"] == 2
+    got = np.array(CrossEncoderScorer(folder).logits([(QUERY, m) for m in MEMORIES]))
+    batch = tokenizer([QUERY] * 3, MEMORIES, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = cut.eval()(**batch).logits[:, 0].numpy()
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    with pytest.raises(ValueError, match="layers must be between 1 and .* 6"):
+        load_base_model(default_model_path(), layers=7)
 
 
 def test_the_fold_blends_its_answer_with_the_cosine(
