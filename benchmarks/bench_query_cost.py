@@ -51,7 +51,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import metadata, print_table, write_json  # noqa: E402
-from benchmarks._machine_load import OtherLoad, load_record  # noqa: E402
+from earm_jax.jobs.machine_load import OtherLoad, load_record  # noqa: E402
 
 POLICIES = ("semantic", "top_similarity", "best", "paper", "full")
 SCORERS = ("in-process", "vllm")

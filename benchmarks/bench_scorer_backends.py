@@ -20,7 +20,7 @@ Recall@10 of Full is within 0.002 of the reference's and whose mean top-10
 overlap is at least 9.5 (``torch-float32`` when none is faster). The load
 average before and after is recorded, and the share of the CPU other
 processes took while the passes ran (``machine_busy`` above a quarter;
-:mod:`benchmarks._machine_load`).
+:mod:`earm_jax.jobs.machine_load`).
 
     python -m benchmarks.bench_scorer_backends --scorer-model SCORERS/turns-cv3 \\
         --data ../shared/data/locomo --memories turns,observations \\
@@ -45,7 +45,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks._common import print_table, write_json  # noqa: E402
-from benchmarks._machine_load import OtherLoad, load_record  # noqa: E402
+from earm_jax.jobs.machine_load import OtherLoad, load_record  # noqa: E402
 from earm_jax.jobs.metadata import provenance  # noqa: E402
 
 REFERENCE = "torch-float32"

@@ -21,7 +21,7 @@ of the scorer call, p50 and p95 over every round; per path its agreement
 with ``torch-float32`` (max |Δscore|, top-10 overlap per request). The load
 average before and after is recorded, and the share of the CPU other
 processes took while the passes ran (``machine_busy`` above a quarter;
-:mod:`benchmarks._machine_load`).
+:mod:`earm_jax.jobs.machine_load`).
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks._common import print_table, write_json  # noqa: E402
-from benchmarks._machine_load import OtherLoad, load_record  # noqa: E402
 from benchmarks._serve import served_scorer, vllm_version  # noqa: E402
 from benchmarks.bench_scorer_backends import question_pools, top  # noqa: E402
+from earm_jax.jobs.machine_load import OtherLoad, load_record  # noqa: E402
 
 REFERENCE = "torch-float32"
 SERVER = "vllm-server"

@@ -1,4 +1,4 @@
-"""benchmarks/_machine_load.py: the CPU of other processes, never the run's own."""
+"""earm_jax/jobs/machine_load.py: the CPU of other processes, never the run's own."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from benchmarks import _machine_load
-from benchmarks._machine_load import OtherLoad, load_record
+from earm_jax.jobs import machine_load as _machine_load
+from earm_jax.jobs.machine_load import OtherLoad, load_record
 
 
 def test_a_reaped_child_counts_as_the_run_s_own_cpu():

@@ -1,4 +1,5 @@
-"""How much of the machine other processes used while a benchmark ran.
+"""How much of the machine other processes used while a timed run (a
+benchmark or an experiment) ran.
 
 A load average cannot say: it counts the benchmark's own runnable threads, so
 a scorer benchmark at 16 requests in flight reads a load of 10 on an idle
@@ -13,8 +14,6 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-
-import psutil
 
 BUSY_SHARE = 0.25
 """Other processes above this share of the machine's CPU make a run busy."""
@@ -35,6 +34,8 @@ def _machine_busy_seconds() -> float | None:
 
 def _own_seconds() -> float:
     """CPU seconds of this process and its descendants, alive or reaped."""
+    import psutil  # the bench extra: only a timed run needs it
+
     me = psutil.Process()
     total = sum(me.cpu_times()[:2])
     for child in me.children(recursive=True):
