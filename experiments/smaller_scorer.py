@@ -44,41 +44,32 @@ sys.path.insert(0, str(REPO))
 
 def write_base(layers: int, out: Path) -> dict[str, Any]:
     """The bundled MiniLM cut to its embeddings, first ``layers`` layers and
-    pooler, as a BERT folder for ``--base-model``."""
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
+    pooler (:func:`~earm_jax.scoring.cross_encoder_training.keep_layers`),
+    as a BERT folder for ``--base-model``."""
+    from transformers import AutoModel, AutoTokenizer
 
+    from earm_jax.scoring.cross_encoder_training import keep_layers
     from earm_jax.store.embeddings import default_model_path, model_identity
 
     source = default_model_path()
-    config = AutoConfig.from_pretrained(str(source), local_files_only=True)
-    if not 1 <= layers <= config.num_hidden_layers:
-        raise SystemExit(
-            f"--layers must be between 1 and {config.num_hidden_layers}, got {layers}"
-        )
-    full = AutoModel.from_pretrained(str(source), local_files_only=True)
-    config.num_hidden_layers = layers
-    small = AutoModel.from_config(config)
-    kept = {
-        name: value
-        for name, value in full.state_dict().items()
-        if not name.startswith("encoder.layer.") or int(name.split(".")[2]) < layers
-    }
-    # Every weight of the cut model comes from the base (the pooler too: the
-    # sequence-classification head reads it).
-    missing, unexpected = small.load_state_dict(kept, strict=False)
-    if missing or unexpected:
-        raise RuntimeError(f"weights do not fit: {missing=} {unexpected=}")
+    model = AutoModel.from_pretrained(str(source), local_files_only=True)
+    of_layers = model.config.num_hidden_layers
+    parameters_full = sum(p.numel() for p in model.parameters())
+    try:
+        keep_layers(model, layers)
+    except ValueError as error:
+        raise SystemExit(f"--{error}") from None
     out.mkdir(parents=True, exist_ok=False)
-    small.save_pretrained(str(out))
+    model.save_pretrained(str(out))
     AutoTokenizer.from_pretrained(str(source), local_files_only=True).save_pretrained(
         str(out)
     )
     return {
         "source": model_identity(source),
         "layers": layers,
-        "of_layers": full.config.num_hidden_layers,
-        "parameters": sum(p.numel() for p in small.parameters()),
-        "parameters_full": sum(p.numel() for p in full.parameters()),
+        "of_layers": of_layers,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "parameters_full": parameters_full,
     }
 
 
