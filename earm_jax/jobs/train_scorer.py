@@ -63,6 +63,7 @@ from earm_jax.scoring.cross_encoder_training import (
     Calibration,
     TrainingSettings,
     apply_calibration,
+    base_model_layers,
     fit_logistic,
     fit_platt,
     load_base_model,
@@ -219,17 +220,6 @@ class TrainScorerJob:
                 f"settings ({differ}; every option must equal the stopped build's)"
             )
         return manifest
-
-
-def base_model_layers(folder: str | os.PathLike[str]) -> int | None:
-    """How many transformer layers the base model's ``config.json`` says it
-    has (``None``: it does not say, or cannot be read here)."""
-    try:
-        config = json.loads((Path(folder) / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    layers = config.get("num_hidden_layers") if isinstance(config, dict) else None
-    return layers if isinstance(layers, int) else None
 
 
 def stopped_backend(out: str | os.PathLike[str]) -> str | None:

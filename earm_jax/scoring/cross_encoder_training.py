@@ -26,6 +26,7 @@ Needs torch and transformers (the ``embed`` extra).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import time
@@ -142,10 +143,9 @@ class TrainingSettings:
             )
         if isinstance(self.max_steps, bool) or self.max_steps < 0:
             raise ValueError(f"max_steps must be >= 0, got {self.max_steps}")
-        if isinstance(self.layers, bool) or not isinstance(self.layers, int):
-            raise ValueError(f"layers must be an int >= 0, got {self.layers!r}")
-        if self.layers < 0:
-            raise ValueError(f"layers must be an int >= 0, got {self.layers!r}")
+        layers = self.layers
+        if isinstance(layers, bool) or not isinstance(layers, int) or layers < 0:
+            raise ValueError(f"layers must be an int >= 0, got {layers!r}")
 
     def num_steps(self, num_groups: int) -> int:
         steps = max(1, math.ceil(self.epochs * num_groups / self.groups_per_step))
@@ -257,6 +257,18 @@ def load_base_model(folder: str | os.PathLike[str], layers: int = 0) -> tuple[An
     if layers:
         keep_layers(model, layers)
     return tokenizer, model
+
+
+def base_model_layers(folder: str | os.PathLike[str]) -> int | None:
+    """How many transformer layers the base model's ``config.json`` says it
+    has (``None``: it does not say, or cannot be read here), so that
+    ``layers`` is checked before a build loads anything."""
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    layers = config.get("num_hidden_layers") if isinstance(config, dict) else None
+    return layers if isinstance(layers, int) else None
 
 
 def keep_layers(model: Any, layers: int) -> None:
@@ -564,6 +576,7 @@ __all__ = [
     "TrainingReport",
     "TrainingSettings",
     "apply_calibration",
+    "base_model_layers",
     "fit_logistic",
     "fit_platt",
     "keep_layers",
