@@ -21,11 +21,7 @@ Each case is a small ``lax.scan`` run in a child process with a time limit:
 - ``one_cholesky``: one of them (the control);
 - ``two_wide_triangular_solves``: two independent ``vmap``-ed triangular
   solves with 200 right-hand sides (a pool's candidates);
-- ``two_narrow_triangular_solves``: the same with 16 right-hand sides;
-- ``two_choleskys_one_at_a_time`` and ``two_wide_triangular_solves_one_at_a_time``:
-  the hanging cases with the solve wrapped by
-  ``earm_jax.core.one_at_a_time_on_cpu`` (the ``vmap`` a loop over the
-  streams, each call unbatched), as the policies' embedding call order does.
+- ``two_narrow_triangular_solves``: the same with 16 right-hand sides.
 
     python experiments/cpu_lapack_hang.py --out experiments/results/cpu_lapack_hang.json
 
@@ -44,8 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from earm_jax.jobs.scripts import (  # noqa: E402
     print_table,
@@ -56,27 +51,21 @@ from earm_jax.jobs.scripts import (  # noqa: E402
 STREAMS = 7
 FEATURES = 386
 CASES = {
-    # name: (kind, calls per step, right-hand sides, each call waits for the
-    # last, one stream at a time)
-    "two_choleskys": ("cholesky", 2, 1, False, False),
-    "two_choleskys_in_order": ("cholesky", 2, 1, True, False),
-    "one_cholesky": ("cholesky", 1, 1, False, False),
-    "two_wide_triangular_solves": ("triangular", 2, 200, False, False),
-    "two_narrow_triangular_solves": ("triangular", 2, 16, False, False),
-    "two_choleskys_one_at_a_time": ("cholesky", 2, 1, False, True),
-    "two_wide_triangular_solves_one_at_a_time": ("triangular", 2, 200, False, True),
+    # name: (kind, calls per step, right-hand sides, each call waits for the last)
+    "two_choleskys": ("cholesky", 2, 1, False),
+    "two_choleskys_in_order": ("cholesky", 2, 1, True),
+    "one_cholesky": ("cholesky", 1, 1, False),
+    "two_wide_triangular_solves": ("triangular", 2, 200, False),
+    "two_narrow_triangular_solves": ("triangular", 2, 16, False),
 }
 
 CHILD = """
 import sys
 import jax, jax.numpy as jnp, numpy as np
 from jax.scipy.linalg import cho_factor, cho_solve, solve_triangular
-from earm_jax.core.one_at_a_time_on_cpu import one_at_a_time_on_cpu
 
 kind = sys.argv[1]
-calls, columns, steps, B, F, ordered, one_at_a_time = (
-    int(value) for value in sys.argv[2:9]
-)
+calls, columns, steps, B, F, ordered = (int(value) for value in sys.argv[2:8])
 rng = np.random.default_rng(0)
 
 def spd():
@@ -98,9 +87,6 @@ def solve(system, factor, right, c):
         return cho_solve(cho_factor(moved, lower=True), right)
     return solve_triangular(factor, jnp.tanh(right * (1.0 + c)), lower=True)
 
-if one_at_a_time:
-    solve = one_at_a_time_on_cpu(solve)
-
 @jax.jit
 def run(systems, factors, rhs):
     def step(c, _):
@@ -119,16 +105,8 @@ print(float(run(systems, factors, rhs)))
 
 
 def run_once(name: str, steps: int, timeout_s: float) -> tuple[str, float]:
-    kind, calls, columns, ordered, one_at_a_time = CASES[name]
-    numbers = (
-        calls,
-        columns,
-        steps,
-        STREAMS,
-        FEATURES,
-        int(ordered),
-        int(one_at_a_time),
-    )
+    kind, calls, columns, ordered = CASES[name]
+    numbers = (calls, columns, steps, STREAMS, FEATURES, int(ordered))
     started = time.perf_counter()
     try:
         done = subprocess.run(
@@ -137,7 +115,6 @@ def run_once(name: str, steps: int, timeout_s: float) -> tuple[str, float]:
             text=True,
             timeout=timeout_s,
             env=dict(os.environ),
-            cwd=REPO,
         )
     except subprocess.TimeoutExpired:
         outcome = "hung"
@@ -149,14 +126,13 @@ def run_once(name: str, steps: int, timeout_s: float) -> tuple[str, float]:
 def run_case(name: str, steps: int, timeout_s: float, repeats: int) -> dict:
     """The case ``repeats`` times: whether it hangs depends on how the threads
     meet, so one run proves a hang but not its absence."""
-    kind, calls, columns, ordered, one_at_a_time = CASES[name]
+    kind, calls, columns, ordered = CASES[name]
     runs = [run_once(name, steps, timeout_s) for _ in range(repeats)]
     finished = [seconds for outcome, seconds in runs if outcome == "finished"]
     return {
         "kind": kind,
         "calls_per_step": calls,
         "each_call_waits_for_the_last": ordered,
-        "one_stream_at_a_time": one_at_a_time,
         "right_hand_sides": columns,
         "runs": repeats,
         "hung": sum(outcome == "hung" for outcome, _ in runs),

@@ -7,7 +7,6 @@ refusals."""
 from __future__ import annotations
 
 import math
-import re
 import sys
 from pathlib import Path
 
@@ -25,8 +24,6 @@ from earm_jax.policies.adaptive.embedding_calls import (
     expected_gain,
     kth_best,
     posterior,
-    posterior_with_answers,
-    query_fit,
 )
 from earm_jax.policies.adaptive_history import run_adaptive_with_history
 from earm_jax.policies.learned_calls import learned_calls, run_learned_calls
@@ -52,73 +49,6 @@ def test_the_posterior_equals_the_float64_bayesian_ridge():
     spread = np.einsum("nf,fn->n", phi, np.linalg.solve(precision, phi.T))
     np.testing.assert_allclose(mean, phi @ weights, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(sd, np.sqrt(variance * (1 + spread)), rtol=1e-4)
-
-
-@pytest.mark.parametrize("paid_share", [0.0, 0.3, 1.0])
-def test_a_round_adds_its_answers_by_woodbury_as_refolding_them_would(paid_share):
-    """The rounds' posterior (the earlier queries factored once per query, the
-    query's paid rows added by the Woodbury identity) is the float64 Bayesian
-    ridge of all the answers, as :func:`posterior` of the refolded sums is."""
-    rng = np.random.default_rng(1)
-    features, pool = 9, 30
-    history = rng.normal(size=(60, features))
-    history_answers = rng.random(60)
-    earlier = add_answers(
-        empty_fit(features), history, history_answers, np.ones(60, bool)
-    )
-    phi = rng.normal(size=(pool, features)).astype(np.float32)
-    values = rng.random(pool).astype(np.float32)
-    scored = rng.random(pool) < paid_share
-    ridge, prior_cosine = 2.0, 0.5
-    mean, sd = posterior_with_answers(
-        earlier, query_fit(earlier, phi, ridge, prior_cosine), phi, values, scored
-    )
-    refolded_mean, refolded_sd = posterior(
-        add_answers(earlier, phi, values, scored), phi, ridge, prior_cosine
-    )
-    x = np.concatenate([history, phi[scored]]).astype(np.float64)
-    y = np.concatenate([history_answers, values[scored]]).astype(np.float64)
-    precision = x.T @ x + ridge * np.eye(features)
-    prior = np.zeros(features)
-    prior[0] = prior_cosine
-    weights = np.linalg.solve(precision, x.T @ y + ridge * prior)
-    residual = np.sum(y**2) - 2 * weights @ (x.T @ y) + weights @ (x.T @ x) @ weights
-    spread = np.einsum("nf,fn->n", phi, np.linalg.solve(precision, phi.T))
-    reference_sd = np.sqrt(residual / len(y) * (1 + spread))
-    np.testing.assert_allclose(mean, phi @ weights, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(sd, reference_sd, rtol=1e-4)
-    np.testing.assert_allclose(mean, refolded_mean, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(sd, refolded_sd, rtol=1e-4)
-
-
-def test_batched_over_streams_every_lapack_call_is_unbatched_on_cpu():
-    """A query step makes several large solves; batched, jaxlib's CPU kernels
-    can stop such a program (docs/performance.md), so both pieces run one
-    stream at a time on CPU."""
-    rng = np.random.default_rng(2)
-    streams, features, pool = 3, 6, 10
-    history = rng.normal(size=(streams, 20, features)).astype(np.float32)
-    earlier = jax.vmap(
-        lambda h: add_answers(empty_fit(features), h, jnp.ones(20), jnp.ones(20, bool))
-    )(history)
-    phi = rng.normal(size=(streams, pool, features)).astype(np.float32)
-    values = rng.random((streams, pool)).astype(np.float32)
-    scored = rng.random((streams, pool)) < 0.5
-
-    def step(fit, phi, values, scored):
-        query = query_fit(fit, phi, 2.0, 0.5)
-        return posterior_with_answers(fit, query, phi, values, scored)
-
-    text = jax.jit(jax.vmap(step)).lower(earlier, phi, values, scored).as_text()
-    calls = re.findall(r"custom_call @(lapack_\w+)\([^)]*\).*?: \(([^)]*)\)", text)
-    assert len(calls) >= 4, calls
-    assert all(t.count("x") <= 2 for _, types in calls for t in types.split(",")), calls
-    batched = jax.vmap(step)(earlier, phi, values, scored)
-    for s in range(streams):
-        fit = jax.tree.map(lambda x, s=s: x[s], earlier)
-        one = step(fit, phi[s], values[s], scored[s])
-        np.testing.assert_allclose(batched[0][s], one[0], rtol=1e-6, atol=1e-7)
-        np.testing.assert_allclose(batched[1][s], one[1], rtol=1e-6)
 
 
 def test_the_expected_gain_is_the_gaussian_closed_form():

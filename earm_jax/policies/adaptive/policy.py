@@ -21,12 +21,7 @@ from earm_jax.policies.adaptive.config import (
     AdaptiveConfig,
     validate_adaptive_config,
 )
-from earm_jax.policies.adaptive.embedding_calls import (
-    EMBEDDING_ORDERS,
-    QueryFit,
-    empty_query_fit,
-    query_fit,
-)
+from earm_jax.policies.adaptive.embedding_calls import EMBEDDING_ORDERS
 from earm_jax.policies.adaptive.merges import MERGE_FUNCTIONS
 from earm_jax.policies.adaptive.order import order_features
 from earm_jax.policies.adaptive.state import (
@@ -93,7 +88,6 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
             allowance=allowance,
             features=order_features(query.similarity, usable, context.memory_bias),
             phi=phi,
-            query_fit=_query_fit(config, ledger, phi),
         )
 
     def observe(
@@ -144,19 +138,6 @@ def adaptive_policy(config: AdaptiveConfig) -> AdaptivePolicy:
         return new_ledger, info
 
     return AdaptivePolicy(init, begin, select_round, observe, finish, config)
-
-
-def _query_fit(config: AdaptiveConfig, ledger: Ledger, phi: Array) -> QueryFit:
-    """The earlier queries' embedding regression, factored once per query
-    for the rounds to read (nothing when the call order reads no texts)."""
-    if config.call_order not in EMBEDDING_ORDERS:
-        return empty_query_fit()
-    return query_fit(
-        ledger.embedding_fit,
-        phi,
-        config.embedding_ridge,
-        config.embedding_prior_cosine,
-    )
 
 
 def _embedding_features(

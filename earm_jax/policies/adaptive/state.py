@@ -11,7 +11,6 @@ import jax.numpy as jnp
 from earm_jax.policies.adaptive.config import ORDER_FEATURES, UNITS, AdaptiveConfig
 from earm_jax.policies.adaptive.embedding_calls import (
     EmbeddingFit,
-    QueryFit,
     add_answers,
     empty_fit,
 )
@@ -88,9 +87,6 @@ class RoundState(NamedTuple):
         similarity, standardised memory bias; 0 where not usable).
       phi: ``float32[N, F]`` the embedding call orders' features (``F = 0``
         when the call order does not read the texts).
-      query_fit: the earlier queries' embedding regression seen from this
-        query's candidates (zero sizes when the call order does not read the
-        texts).
     """
 
     usable: Array
@@ -105,7 +101,6 @@ class RoundState(NamedTuple):
     allowance: Array
     features: Array
     phi: Array
-    query_fit: QueryFit
 
 
 class AdaptiveInfo(NamedTuple):

@@ -124,12 +124,13 @@ def round_selector(
             texts = embedding_priority(
                 config.call_order,
                 ledger.embedding_fit,
-                rs.query_fit,
                 rs.phi,
                 rs.values,
                 rs.scored,
                 rs.usable,
+                config.embedding_ridge,
                 config.top_k,
+                config.embedding_prior_cosine,
             )
             in_head = in_similarity_head(config, rs)
             priority = jnp.where(in_head, priority, texts)
