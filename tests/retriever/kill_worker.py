@@ -60,10 +60,34 @@ class LoggingScorer(KeywordScorer):
         return answers
 
 
-def check_last_batch(retriever, paid_path: str, worker: int) -> dict | None:
+def possibly_forgotten(records) -> set[str]:
+    """Every text of every memory a delete was asked for in the operation log
+    ``records`` (applied or cut off by a kill): a delete forgets those texts'
+    paid scores, so their pairs may be missing from any batch."""
+    texts_of: dict[str, list[str]] = {}
+    deleted: set[str] = set()
+    for record in records:
+        if record["kind"] != "intent":
+            continue
+        if record["op"] == "add":
+            for mid, text in zip(record["ids"], record["texts"], strict=True):
+                texts_of.setdefault(mid, []).append(text)
+        elif record["op"] == "update":
+            texts_of.setdefault(record["id"], []).append(record["text"])
+        elif record["op"] == "delete":
+            deleted.update(record["ids"])
+    return {text for mid in deleted for text in texts_of.get(mid, [])}
+
+
+def check_last_batch(
+    retriever, paid_path: str, worker: int, forgotten: set[str]
+) -> dict | None:
     """What became of the previous worker's last scorer batch, read from the
     reopened folder: committed (every pair stored, with the value the scorer
-    gave) or lost with the kill (none stored); anything else exits."""
+    gave) or lost with the kill (none stored); anything else exits.
+
+    Pairs whose memory text is in ``forgotten`` are left out: a delete after
+    the batch (acknowledged or cut off) removed their scores by design."""
     if not os.path.exists(paid_path):
         return None
     records = [json.loads(t) for t in Path(paid_path).read_text().splitlines() if t]
@@ -73,15 +97,18 @@ def check_last_batch(retriever, paid_path: str, worker: int) -> dict | None:
     position = batches[-1]
     batch = records[position]
     answered = [r for r in records[position + 1 :] if "values" in r]
-    values = answered[0]["values"] if answered else None
-    stored = [
-        retriever.payer.cached(query, [memory])[0] for query, memory in batch["pairs"]
+    values = answered[0]["values"] if answered else [None] * len(batch["pairs"])
+    kept = [
+        (pair, gave)
+        for pair, gave in zip(batch["pairs"], values, strict=True)
+        if pair[1] not in forgotten
     ]
+    stored = [retriever.payer.cached(query, [memory])[0] for (query, memory), _ in kept]
     committed = [value is not None for value in stored]
-    if all(committed):
-        if values is None:
+    if kept and all(committed):
+        if not answered:
             raise SystemExit(f"batch {len(batches) - 1} stored but never answered")
-        for pair, got, gave in zip(batch["pairs"], stored, values, strict=True):
+        for (pair, gave), got in zip(kept, stored, strict=True):
             if gave is None or abs(got - gave) > 1e-6:
                 raise SystemExit(f"{pair}: stored {got}, the scorer answered {gave}")
     elif any(committed):
@@ -92,7 +119,9 @@ def check_last_batch(retriever, paid_path: str, worker: int) -> dict | None:
     return {
         "worker": worker,
         "reopened": len(batches) - 1,
-        "committed": all(committed),
+        # With every pair forgotten nothing tells: counted as lost, which
+        # only allows its (forgotten) pairs to be paid again.
+        "committed": bool(kept) and all(committed),
     }
 
 
@@ -194,7 +223,9 @@ def main() -> None:
     log = open(log_path, "a", encoding="utf-8")
     scorer = LoggingScorer(paid_path, worker)
     retriever = OnlineRetriever(folder, scorer, HashEmbedder(), CONFIG)
-    verdict = check_last_batch(retriever, paid_path, worker)  # before any scoring
+    verdict = check_last_batch(  # before any scoring
+        retriever, paid_path, worker, possibly_forgotten(lines)
+    )
     check(retriever, lines, log)
     if verdict is not None:
         write(scorer.handle, verdict)

@@ -26,7 +26,10 @@ import pytest
 from earm_jax.store.journal import Journal
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fakes import KeywordScorer  # noqa: E402
+import kill_worker  # noqa: E402
+from fakes import HashEmbedder, KeywordScorer, memories  # noqa: E402
+
+from earm_jax.retriever import OnlineRetriever  # noqa: E402
 
 WORKER = Path(__file__).with_name("kill_worker.py")
 TRIALS = int(os.environ.get("EARM_KILL_TRIALS", "15"))
@@ -80,24 +83,6 @@ def _wait_for_progress(log: Path, before: int, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-def _possibly_forgotten(records) -> set[str]:
-    """Every text of every memory a delete was asked for (applied or cut off
-    by a kill): a delete forgets those texts' paid scores."""
-    texts_of: dict[str, list[str]] = {}
-    deleted: set[str] = set()
-    for record in records:
-        if record["kind"] != "intent":
-            continue
-        if record["op"] == "add":
-            for mid, text in zip(record["ids"], record["texts"], strict=True):
-                texts_of.setdefault(mid, []).append(text)
-        elif record["op"] == "update":
-            texts_of.setdefault(record["id"], []).append(record["text"])
-        elif record["op"] == "delete":
-            deleted.update(record["ids"])
-    return {text for mid in deleted for text in texts_of.get(mid, [])}
-
-
 @pytest.mark.parametrize(
     "preset, trials, max_wait, min_pairs",
     # best's first query after a start takes ~1 s (its rounds), so it waits longer.
@@ -146,7 +131,7 @@ def test_kill_9_at_random_moments_loses_nothing(
     lines = [json.loads(line) for line in paid.read_text().splitlines()]
     batches = [line for line in lines if "pairs" in line]
     records = [json.loads(line) for line in log.read_text().splitlines()]
-    forgotten = _possibly_forgotten(records)
+    forgotten = kill_worker.possibly_forgotten(records)
     # Each killed worker's last batch, as the next worker found it on reopen:
     # stored whole (then checked below as any other batch) or lost whole with
     # the kill (its pairs may be paid again; kill_worker.check_last_batch).
@@ -192,3 +177,40 @@ def test_kill_9_at_random_moments_loses_nothing(
         f"operation; {len(batches)} scorer batches"
     )
     assert len(seen) > 0
+
+
+def test_a_delete_after_the_last_batch_is_no_partial_commit(tmp_path, request):
+    """The reopen check leaves out pairs a later delete forgot: a batch whose
+    memory was deleted before the kill is stored whole, not "partly stored"."""
+    folder, paid = tmp_path / "agent", str(tmp_path / "paid")
+    texts = memories(12, seed=3)
+    ids = [f"m{i}" for i in range(len(texts))]
+    records = [{"kind": "intent", "op": "add", "ids": ids, "texts": texts}]
+    first, second = (
+        kill_worker.LoggingScorer(paid, 0),
+        kill_worker.LoggingScorer(paid, 1),
+    )
+    for scorer in (first, second):
+        request.addfinalizer(scorer.handle.close)
+    retriever = OnlineRetriever(folder, first, HashEmbedder(), kill_worker.CONFIG)
+    retriever.add(texts, ids=ids)
+    records.append({"kind": "ack"})
+    retriever.query(f"what about {texts[0].split()[-1]}")
+    batch = [json.loads(t) for t in Path(paid).read_text().splitlines()][0]
+    assert len(batch["pairs"]) >= 2, batch
+    doomed = ids[texts.index(batch["pairs"][0][1])]
+    records.append({"kind": "intent", "op": "delete", "ids": [doomed]})
+    retriever.delete([doomed])
+    records.append({"kind": "ack"})
+    retriever.close()
+
+    reopened = OnlineRetriever(folder, second, HashEmbedder(), kill_worker.CONFIG)
+    try:
+        with pytest.raises(SystemExit, match="partly stored"):
+            kill_worker.check_last_batch(reopened, paid, 1, set())
+        verdict = kill_worker.check_last_batch(
+            reopened, paid, 1, kill_worker.possibly_forgotten(records)
+        )
+    finally:
+        reopened.close()
+    assert verdict == {"worker": 1, "reopened": 0, "committed": True}
