@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 # Compiles for tens of seconds: the full run has it, the fast tier does not.
@@ -228,3 +229,83 @@ def test_the_suite_writes_outside_the_repository_and_prints_a_summary(
     assert json.loads((out / "suite.json").read_text())["runs"][0]["name"] == "memory"
     suite.main(["--quick", "--only", "memory", "--json", "--out", str(out)])
     assert json.loads(capsys.readouterr().out)["out"] == str(out)
+
+
+def test_the_scorer_roofline_counts_the_flops_torch_counts(tmp_path):
+    """The roofline's analytic count equals torch's own FLOP counter on a
+    real forward pass of a BERT cross-encoder, at two lengths."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoModelForSequenceClassification
+
+    from benchmarks import scorer_roofline
+    from tests.scoring.tiny_models import build_cross_encoder
+
+    folder = build_cross_encoder(tmp_path / "model")
+    shape = scorer_roofline.model_shape(folder)
+    # Eager attention: the counter does not see CPU SDPA's fused kernel.
+    model = AutoModelForSequenceClassification.from_pretrained(
+        str(folder), attn_implementation="eager"
+    ).eval()
+    for length in (7, 33):
+        ids = torch.ones((3, length), dtype=torch.long)
+        with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+            model(input_ids=ids, attention_mask=torch.ones_like(ids))
+        expected = 3 * scorer_roofline.sequence_flops(length, shape)
+        assert counter.get_total_flops() == expected, (length, shape)
+
+
+def test_the_scorer_roofline_pads_as_the_torch_scorer_batches():
+    from benchmarks.scorer_roofline import batch_widths
+
+    lengths = np.array([5, 9, 7, 3, 8])
+    # Sorted by characters, longest first: 9 (40), 8 (30), 5 (20) | 7 (10), 3 (5).
+    widths = batch_widths(lengths, [20, 40, 10, 5, 30], batch_size=3)
+    assert widths == [(3, 9), (2, 7)]
+
+
+@pytest.mark.locomo
+def test_the_scorer_roofline_writes_its_rates(
+    tmp_path, locomo_path, embedding_cache_dir
+):
+    from benchmarks import scorer_roofline
+    from tests.scoring.tiny_models import build_cross_encoder
+
+    model = build_cross_encoder(tmp_path / "model")
+    out = tmp_path / "roofline.json"
+    payload = scorer_roofline.main(
+        [
+            "--scorer-model",
+            str(model),
+            "--data",
+            str(locomo_path),
+            "--conversations",
+            "26",
+            "--memories",
+            "turns,observations",
+            "--questions",
+            "1",
+            "--pool-size",
+            "20",
+            "--rounds",
+            "1",
+            "--cache-dir",
+            str(embedding_cache_dir),
+            "--out",
+            str(out),
+        ]
+    )
+    assert json.loads(out.read_text())["pairs"] == payload["pairs"] == 40
+    flops = payload["gflop_per_pair"]
+    assert flops["padded"] >= flops["useful"] > 0
+    achieved = payload["achieved_gflops_per_s"]
+    assert achieved == pytest.approx(payload["pairs_per_s"] * flops["padded"])
+    for ceiling in payload["ceilings"].values():
+        assert ceiling["ceiling_speedup"] == pytest.approx(
+            ceiling["gflops_per_s"] / achieved
+        )
+        assert ceiling["ceiling_speedup_without_padding"] == pytest.approx(
+            ceiling["ceiling_speedup"] * (1 + payload["padding_overhead"])
+        )
+    assert 0 <= payload["padding_overhead_token_sorted"] <= payload["padding_overhead"]
+    assert payload["meta"]["command"].startswith("python -m benchmarks.scorer_roofline")
