@@ -6,8 +6,10 @@ projections and the feed-forward pair) and ``2 L d`` for the attention itself
 (``QK^T`` and the weighted sum), with ``d`` the width and ``f`` the
 feed-forward width. This counts those FLOPs (multiply-add = 2) for the same
 LoCoMo pairs :mod:`benchmarks.bench_scorer_backends` scores, at each pair's own
-length (``useful``) and as the scorer pays them (``padded``: length-sorted
-batches, each padded to its longest pair), times ``torch-float32`` on them,
+length (``useful``) and as the scorer pays them (``padded``: batches sorted by
+token count, each padded to its longest pair; ``padding_overhead`` the FLOPs
+this adds, and ``padding_overhead_sorted_by_characters`` what
+sentence-transformers' own order would add), times ``torch-float32`` on them,
 and sets the achieved rate against two ceilings measured in the same process,
 with the same threads, on the model's own matrix shapes:
 
@@ -36,6 +38,7 @@ import statistics
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,10 @@ from benchmarks._common import print_table, write_json  # noqa: E402
 from benchmarks.bench_scorer_backends import model_folder, question_pools  # noqa: E402
 from earm_jax.jobs.machine_load import OtherLoad, load_record  # noqa: E402
 from earm_jax.jobs.metadata import provenance  # noqa: E402
+from earm_jax.scoring.token_batches import (  # noqa: E402
+    encode_pairs,
+    longest_first_batches,
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -102,35 +109,24 @@ def sequence_flops(length: int, shape: dict[str, int]) -> float:
 
 
 def batch_widths(
-    lengths: np.ndarray, keys: list[int], batch_size: int
+    lengths: np.ndarray, keys: Sequence[int], batch_size: int
 ) -> list[tuple[int, int]]:
-    """``(pairs, padded width)`` of each batch the torch scorer forms:
-    sentence-transformers sorts the pairs by ``keys`` (their characters),
-    longest first, and pads each batch of ``batch_size`` to its longest pair
-    in tokens (``lengths``)."""
-    order = lengths[np.argsort([-key for key in keys])]
+    """``(pairs, padded width)`` of each batch when the pairs are sorted by
+    ``keys``, longest first, in batches of ``batch_size``, each padded to its
+    longest pair in tokens (``lengths``). The scorer's keys are the token
+    counts themselves (:mod:`earm_jax.scoring.token_batches`)."""
     return [
-        (len(part), int(part.max()))
-        for part in (
-            order[start : start + batch_size]
-            for start in range(0, len(order), batch_size)
-        )
+        (len(rows), int(lengths[rows].max()))
+        for rows in longest_first_batches(keys, batch_size)
     ]
 
 
 def token_lengths(folder: Path, pairs: list[tuple[str, str]], max_length: int):
-    """Each pair's token count as the scorer encodes it (longest-first
-    truncation at ``max_length``)."""
+    """Each pair's token count as the scorer encodes it."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    encoded = tokenizer(
-        [q for q, _ in pairs],
-        [m for _, m in pairs],
-        truncation="longest_first",
-        max_length=max_length,
-        padding=False,
-    )
+    encoded = encode_pairs(tokenizer, pairs, max_length)
     return np.array([len(ids) for ids in encoded["input_ids"]])
 
 
@@ -205,8 +201,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         ]
     shape = model_shape(folder)
     lengths = token_lengths(folder, pairs, args.max_length)
-    characters = [len(q) + len(m) for q, m in pairs]
-    widths = batch_widths(lengths, characters, args.batch_size)
+    widths = batch_widths(lengths, lengths, args.batch_size)
     useful = float(sum(sequence_flops(int(n), shape) for n in lengths))
     padded = float(sum(n * sequence_flops(w, shape) for n, w in widths))
 
@@ -241,8 +236,12 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         ceiling["ceiling_speedup_without_padding"] = (
             ceiling["gflops_per_s"] / useful_rate
         )
-    by_tokens = batch_widths(lengths, lengths.tolist(), args.batch_size)
-    padded_by_tokens = float(sum(n * sequence_flops(w, shape) for n, w in by_tokens))
+    # sentence-transformers' own order, by characters, for comparison.
+    characters = [len(q) + len(m) for q, m in pairs]
+    by_characters = batch_widths(lengths, characters, args.batch_size)
+    padded_by_characters = float(
+        sum(n * sequence_flops(w, shape) for n, w in by_characters)
+    )
     return {
         "benchmark": "scorer_roofline",
         "backend": "torch-float32",
@@ -258,8 +257,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             "padded": padded / len(pairs) / 1e9,
         },
         "padding_overhead": padded / useful - 1.0,
-        # What batches sorted by tokens (the ONNX backends') would pad.
-        "padding_overhead_token_sorted": padded_by_tokens / useful - 1.0,
+        "padding_overhead_sorted_by_characters": padded_by_characters / useful - 1.0,
         "seconds": seconds,
         "times_s": times,
         "pairs_per_s": len(pairs) / seconds,

@@ -255,11 +255,12 @@ def test_the_scorer_roofline_counts_the_flops_torch_counts(tmp_path):
         assert counter.get_total_flops() == expected, (length, shape)
 
 
-def test_the_scorer_roofline_pads_as_the_torch_scorer_batches():
+def test_the_scorer_roofline_pads_batches_by_their_longest_pair():
     from benchmarks.scorer_roofline import batch_widths
 
     lengths = np.array([5, 9, 7, 3, 8])
-    # Sorted by characters, longest first: 9 (40), 8 (30), 5 (20) | 7 (10), 3 (5).
+    # By tokens: 9, 8, 7 | 5, 3. By characters: 9 (40), 8 (30), 5 (20) | 7, 3.
+    assert batch_widths(lengths, lengths, batch_size=3) == [(3, 9), (2, 5)]
     widths = batch_widths(lengths, [20, 40, 10, 5, 30], batch_size=3)
     assert widths == [(3, 9), (2, 7)]
 
@@ -307,5 +308,9 @@ def test_the_scorer_roofline_writes_its_rates(
         assert ceiling["ceiling_speedup_without_padding"] == pytest.approx(
             ceiling["ceiling_speedup"] * (1 + payload["padding_overhead"])
         )
-    assert 0 <= payload["padding_overhead_token_sorted"] <= payload["padding_overhead"]
+    # Sorted by tokens, fixed-size batches pad the least.
+    assert 0 <= payload["padding_overhead"]
+    assert (
+        payload["padding_overhead"] <= payload["padding_overhead_sorted_by_characters"]
+    )
     assert payload["meta"]["command"].startswith("python -m benchmarks.scorer_roofline")

@@ -9,9 +9,9 @@ calibration, so the same folder gives the same scores here and behind vLLM
 (``earm serve-scorer --model FOLDER --runner pooling``, then
 :class:`~earm_jax.scoring.vllm.VllmScorer` in ``rerank`` mode).
 
-Pairs are scored in length-sorted batches (sentence-transformers sorts them),
-so a pool of 200 short memories costs about the tokens it holds, not 200 times
-the longest one.
+Pairs are scored in batches sorted by token count
+(:mod:`earm_jax.scoring.token_batches`), so a pool of 200 short memories
+costs about the tokens it holds, not 200 times the longest one.
 
 **Backends.** One name says what runs the model and at which precision
 (:data:`BACKENDS`): ``torch-float32`` (the default: exact, what vLLM serves on
@@ -48,6 +48,7 @@ from typing import Any, Literal
 from earm_jax.store.embeddings import model_identity
 
 from .base import PairScore, ScorerIdentity
+from .token_batches import encode_pairs, longest_first_batches
 
 Backend = Literal["torch-float32", "torch-bfloat16", "onnx-float32", "onnx-int8"]
 BACKENDS: tuple[str, ...] = (
@@ -303,15 +304,22 @@ class CrossEncoderScorer:
             values = model.logits(pairs, self.settings.batch_size)
             self.pairs_scored += len(pairs)
             return [float(value) for value in values]
+        import numpy as np
         import torch
 
+        # Batches sorted by tokens, each handed to sentence-transformers
+        # whole: its own order (by characters) pads far more.
+        encoded = encode_pairs(model.tokenizer, pairs, self.settings.max_length)
+        lengths = [len(ids) for ids in encoded["input_ids"]]
+        values = np.empty(len(pairs), np.float64)
         with _autocast(self.settings.dtype):
-            values = model.predict(
-                [list(pair) for pair in pairs],
-                batch_size=self.settings.batch_size,
-                activation_fn=torch.nn.Identity(),
-                show_progress_bar=False,
-            )
+            for rows in longest_first_batches(lengths, self.settings.batch_size):
+                values[rows] = model.predict(
+                    [list(pairs[row]) for row in rows],
+                    batch_size=len(rows),
+                    activation_fn=torch.nn.Identity(),
+                    show_progress_bar=False,
+                )
         self.pairs_scored += len(pairs)
         return [float(value) for value in values]
 

@@ -12,8 +12,8 @@ The session runs with every graph optimization on (ORT fuses BERT's attention,
 GELU and layer norms), sequentially (one inter-op thread: a small model on a
 few cores gains nothing from running operators side by side) and with
 ``num_threads`` intra-op threads (default: ORT's, one per physical core).
-Pairs are tokenized once, sorted by length and batched, as
-sentence-transformers does for the torch path, so a batch pads to its own
+Pairs are tokenized once, sorted by token count and batched, as the torch
+path does (:mod:`earm_jax.scoring.token_batches`), so a batch pads to its own
 longest pair.
 
 Needs the ``scorer`` extra (onnxruntime, onnx, onnxscript) and the ``embed``
@@ -38,6 +38,8 @@ from typing import Any, Literal
 import numpy as np
 
 from earm_jax.store.embeddings import default_cache_dir, model_identity
+
+from .token_batches import encode_pairs, longest_first_batches
 
 Precision = Literal["float32", "int8"]
 PRECISIONS: tuple[str, ...] = ("float32", "int8")
@@ -225,18 +227,10 @@ class OnnxCrossEncoder:
         """``float32[len(pairs)]`` raw logits, in the order of ``pairs``."""
         if not pairs:
             return np.zeros(0, np.float32)
-        encoded = self.tokenizer(
-            [query for query, _ in pairs],
-            [memory for _, memory in pairs],
-            truncation="longest_first",
-            max_length=self.max_length,
-            padding=False,
-        )
+        encoded = encode_pairs(self.tokenizer, pairs, self.max_length)
         lengths = np.array([len(ids) for ids in encoded["input_ids"]])
-        order = np.argsort(-lengths, kind="stable")
         out = np.empty(len(pairs), np.float32)
-        for start in range(0, len(order), batch_size):
-            rows = order[start : start + batch_size]
+        for rows in longest_first_batches(lengths, batch_size):
             width = int(lengths[rows].max())
             feed = {}
             for name in self.input_names:

@@ -221,3 +221,32 @@ def test_locomo_refuses_a_backend_for_a_scorer_that_runs_no_model(capsys, tmp_pa
         ["locomo", "--data", str(tmp_path), "--scorer-backend", "onnx-float32"],
     )
     assert "--scorer-backend onnx-float32 goes with --scorer cross-encoder" in line
+
+
+def test_torch_batches_are_sorted_by_tokens_and_change_no_score(tiny_folder):
+    """The torch path hands sentence-transformers one batch at a time, the
+    pairs sorted by token count (longest first), and returns the logits in
+    the pairs' order: those of one sentence-transformers call over all."""
+    import torch
+
+    scorer = CrossEncoderScorer(tiny_folder, CrossEncoderSettings(batch_size=2))
+    model = scorer._load()
+    pairs = [(QUERY, memory) for memory in MEMORIES] + [("coffee?", "yes coffee")]
+    expected = model.predict(
+        [list(p) for p in pairs], activation_fn=torch.nn.Identity()
+    )
+    calls = []
+    predict = model.predict
+
+    def recording(batch, **kwargs):
+        calls.append([tuple(pair) for pair in batch])
+        return predict(batch, **kwargs)
+
+    model.predict = recording
+    got = scorer.logits(pairs)
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    assert [len(batch) for batch in calls] == [2, 2, 2]
+    tokens = {pair: len(model.tokenizer(*pair)["input_ids"]) for pair in pairs}
+    sizes = [tokens[pair] for batch in calls for pair in batch]
+    assert sizes == sorted(sizes, reverse=True)
+    assert sorted(pair for batch in calls for pair in batch) == sorted(pairs)
