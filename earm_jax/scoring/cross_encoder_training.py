@@ -36,6 +36,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .token_batches import encode_pairs, longest_first_batches
+
 Precision = Literal["auto", "float32", "bfloat16"]
 
 
@@ -425,22 +427,20 @@ def model_logits(
     batch_size: int = 128,
     precision: Precision = "float32",
 ) -> np.ndarray:
-    """``float32[len(pairs)]`` logits of a model being trained (length-sorted
-    batches, no gradient)."""
+    """``float32[len(pairs)]`` logits of a model being trained (batches
+    sorted by token count, no gradient)."""
     import torch
 
     out = np.zeros(len(pairs), np.float32)
-    order = np.argsort([len(query) + len(memory) for query, memory in pairs])
+    if not pairs:
+        return out
+    encoded = encode_pairs(tokenizer, pairs, max_length)
+    lengths = [len(ids) for ids in encoded["input_ids"]]
     model.eval()
     with torch.inference_mode(), _autocast(precision):
-        for start in range(0, len(pairs), batch_size):
-            chosen = order[start : start + batch_size]
-            features = tokenizer(
-                [pairs[i][0] for i in chosen],
-                [pairs[i][1] for i in chosen],
-                padding=True,
-                truncation="longest_first",
-                max_length=max_length,
+        for chosen in longest_first_batches(lengths, batch_size):
+            features = tokenizer.pad(
+                {name: [encoded[name][i] for i in chosen] for name in encoded},
                 return_tensors="pt",
             )
             out[chosen] = model(**features).logits.squeeze(-1).float().numpy()

@@ -296,3 +296,27 @@ def test_loading_a_trained_folder_says_nothing_of_a_new_model(tmp_path, caplog):
         assert scorer.score(QUERY, MEMORIES[:1])[0].ok
         assert logging.getLogger("sentence_transformers").level == logging.INFO
     assert not [r for r in caplog.records if "modules.json" in r.getMessage()]
+
+
+def test_model_logits_equal_one_pair_at_a_time(tmp_path):
+    """The training's inference pass (batches sorted by tokens, padded)
+    gives each pair the logit of its own unpadded forward pass, in order."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from earm_jax.scoring.cross_encoder_training import model_logits
+
+    from .tiny_models import build_cross_encoder
+
+    folder = build_cross_encoder(tmp_path / "model")
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    model = AutoModelForSequenceClassification.from_pretrained(str(folder)).eval()
+    pairs = [(QUERY, m) for m in MEMORIES] + [("What did Melanie paint?", "a lake")]
+    got = model_logits(tokenizer, model, pairs, batch_size=2)
+    with torch.inference_mode():
+        expected = [
+            float(model(**tokenizer(q, m, return_tensors="pt")).logits[0, 0])
+            for q, m in pairs
+        ]
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert model_logits(tokenizer, model, []).shape == (0,)
