@@ -244,7 +244,8 @@ def test_torch_batches_are_sorted_by_tokens_and_change_no_score(tiny_folder):
 
     model.predict = recording
     got = scorer.logits(pairs)
-    np.testing.assert_allclose(got, expected, atol=1e-6)
+    # Other padding, other float32 sums: equal to a few ulps, not bit for bit.
+    np.testing.assert_allclose(got, expected, atol=1e-5)
     assert [len(batch) for batch in calls] == [2, 2, 2]
     tokens = {pair: len(model.tokenizer(*pair)["input_ids"]) for pair in pairs}
     sizes = [tokens[pair] for batch in calls for pair in batch]
