@@ -54,10 +54,9 @@ MIN_OVERLAP = 9.5
 TOP = 10
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from earm_jax.scoring.cross_encoder import BACKENDS
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_pool_arguments(parser: argparse.ArgumentParser, questions: int) -> None:
+    """The options that choose the model folder and the LoCoMo pools scored
+    (:func:`setting_pools`), shared by the scorer benchmarks."""
     parser.add_argument(
         "--scorer-model",
         required=True,
@@ -71,16 +70,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="comma list (default: the ones the fold held out, else the first)",
     )
     parser.add_argument(
-        "--questions", type=int, default=8, help="labelled questions per setting"
+        "--questions",
+        type=int,
+        default=questions,
+        help="labelled questions per setting",
     )
     parser.add_argument("--pool-size", type=int, default=200)
+    parser.add_argument("--cache-dir", default=None)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from earm_jax.scoring.cross_encoder import BACKENDS
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_pool_arguments(parser, questions=8)
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument(
         "--threads", type=int, default=None, help="per backend (default: its own)"
     )
-    parser.add_argument("--cache-dir", default=None)
     parser.add_argument("--out", required=True)
     return parser.parse_args(argv)
 
@@ -118,6 +127,37 @@ def question_pools(stream: Any, questions: int) -> list[dict[str, Any]]:
         if len(out) == questions:
             break
     return out
+
+
+def setting_pools(
+    args: argparse.Namespace,
+) -> tuple[Path, list[Any], dict[str, list[dict[str, Any]]]]:
+    """The model folder, the conversations and, per memory setting, the first
+    ``args.questions`` labelled questions' pools that the options of
+    :func:`add_pool_arguments` name."""
+    from earm_jax.jobs.locomo import select_conversations
+    from earm_jax.locomo.data import load_locomo
+    from earm_jax.locomo.streams import build_streams
+    from earm_jax.store.embeddings import Embedder
+
+    folder, held = model_folder(args.scorer_model)
+    wanted = tuple(c for c in args.conversations.split(",") if c) or held[:1]
+    conversations = select_conversations(load_locomo(args.data), wanted, 0)
+    if not wanted:
+        conversations = conversations[:1]
+    embedder = Embedder(cache_dir=args.cache_dir)
+    settings = [name.strip() for name in args.memories.split(",") if name.strip()]
+    pools = {
+        setting: [
+            pool
+            for stream in build_streams(
+                conversations, embedder, setting=setting, pool_size=args.pool_size
+            )
+            for pool in question_pools(stream, args.questions)
+        ][: args.questions]
+        for setting in settings
+    }
+    return folder, conversations, pools
 
 
 def top(scores: np.ndarray, k: int = TOP) -> set[int]:
@@ -158,39 +198,20 @@ def used_scores(logits: np.ndarray, pool: dict[str, Any], blend: Any) -> np.ndar
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
-    from earm_jax.jobs.locomo import select_conversations
-    from earm_jax.locomo.data import load_locomo
-    from earm_jax.locomo.streams import build_streams
     from earm_jax.scoring.cross_encoder import (
         CrossEncoderScorer,
         CrossEncoderSettings,
     )
     from earm_jax.scoring.similarity_blend import load_blend
-    from earm_jax.store.embeddings import Embedder
 
     # The commit and command of the code that runs, read before it runs.
     meta = provenance("python -m benchmarks.bench_scorer_backends", argv)
     backends = [name.strip() for name in args.backends.split(",") if name.strip()]
     if REFERENCE not in backends:
         backends.insert(0, REFERENCE)
-    folder, held = model_folder(args.scorer_model)
-    wanted = tuple(c for c in args.conversations.split(",") if c) or held[:1]
-    conversations = select_conversations(load_locomo(args.data), wanted, 0)
-    if not wanted:
-        conversations = conversations[:1]
-    embedder = Embedder(cache_dir=args.cache_dir)
+    folder, conversations, pools = setting_pools(args)
     blend = load_blend(folder)
-    settings = [name.strip() for name in args.memories.split(",") if name.strip()]
-    pools = {
-        setting: [
-            pool
-            for stream in build_streams(
-                conversations, embedder, setting=setting, pool_size=args.pool_size
-            )
-            for pool in question_pools(stream, args.questions)
-        ][: args.questions]
-        for setting in settings
-    }
+    settings = list(pools)
     pairs = {
         setting: [(p["query"], m) for p in pools[setting] for m in p["memories"]]
         for setting in settings

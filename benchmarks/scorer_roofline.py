@@ -48,7 +48,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks._common import print_table, write_json  # noqa: E402
-from benchmarks.bench_scorer_backends import model_folder, question_pools  # noqa: E402
+from benchmarks.bench_scorer_backends import (  # noqa: E402
+    add_pool_arguments,
+    setting_pools,
+)
 from earm_jax.jobs.machine_load import OtherLoad, load_record  # noqa: E402
 from earm_jax.jobs.metadata import provenance  # noqa: E402
 from earm_jax.scoring.token_batches import (  # noqa: E402
@@ -59,29 +62,13 @@ from earm_jax.scoring.token_batches import (  # noqa: E402
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--scorer-model",
-        required=True,
-        help="a model folder, or a trained-scorer folder (its first fold)",
-    )
-    parser.add_argument("--data", required=True, help="LoCoMo file or folder")
-    parser.add_argument("--memories", default="turns", help="turns,observations")
-    parser.add_argument(
-        "--conversations",
-        default="",
-        help="comma list (default: the ones the fold held out, else the first)",
-    )
-    parser.add_argument(
-        "--questions", type=int, default=4, help="labelled questions per setting"
-    )
-    parser.add_argument("--pool-size", type=int, default=200)
+    add_pool_arguments(parser, questions=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: its own)"
     )
-    parser.add_argument("--cache-dir", default=None)
     parser.add_argument("--out", required=True)
     return parser.parse_args(argv)
 
@@ -174,31 +161,19 @@ def matmul_ceilings(
 def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     import torch
 
-    from earm_jax.jobs.locomo import select_conversations
-    from earm_jax.locomo.data import load_locomo
-    from earm_jax.locomo.streams import build_streams
     from earm_jax.scoring.cross_encoder import CrossEncoderScorer, CrossEncoderSettings
-    from earm_jax.store.embeddings import Embedder
 
     meta = provenance("python -m benchmarks.scorer_roofline", argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    folder, held = model_folder(args.scorer_model)
-    wanted = tuple(c for c in args.conversations.split(",") if c) or held[:1]
-    conversations = select_conversations(load_locomo(args.data), wanted, 0)
-    if not wanted:
-        conversations = conversations[:1]
-    embedder = Embedder(cache_dir=args.cache_dir)
-    settings = [name.strip() for name in args.memories.split(",") if name.strip()]
-    pairs: list[tuple[str, str]] = []
-    for setting in settings:
-        streams = build_streams(
-            conversations, embedder, setting=setting, pool_size=args.pool_size
-        )
-        pools = [p for s in streams for p in question_pools(s, args.questions)]
-        pairs += [
-            (p["query"], m) for p in pools[: args.questions] for m in p["memories"]
-        ]
+    folder, conversations, pools = setting_pools(args)
+    settings = list(pools)
+    pairs = [
+        (pool["query"], memory)
+        for setting in settings
+        for pool in pools[setting]
+        for memory in pool["memories"]
+    ]
     shape = model_shape(folder)
     lengths = token_lengths(folder, pairs, args.max_length)
     widths = batch_widths(lengths, lengths, args.batch_size)
