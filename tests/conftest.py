@@ -28,7 +28,6 @@ REPO = Path(__file__).resolve().parents[1]
 # are imported by tests in the subfolders that mirror the package.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from locomo_data import require_locomo  # noqa: E402
-from optional_extras import require_extra  # noqa: E402
 
 # Every XLA:CPU executable keeps a few memory mappings alive while JAX caches
 # it; a whole test run compiles tens of thousands, and Linux refuses mappings
@@ -251,9 +250,6 @@ def trained_scorer(locomo_path: Path, embedding_cache_dir: Path, tmp_path_factor
     from earm_jax.jobs.progress import Progress
     from earm_jax.jobs.train_scorer import TrainScorerJob, run_train_scorer
     from earm_jax.scoring.cross_encoder_training import TrainingSettings
-
-    # The build scores with its default, an ONNX backend.
-    require_extra("onnxruntime")
 
     def train(root: Path) -> None:
         with open(root / "progress.log", "w") as log:

@@ -85,7 +85,7 @@ SCORER_BACKENDS = ("torch-float32", "torch-bfloat16", "onnx-float32", "onnx-int8
 """The in-process scorer's backends (``earm_jax.scoring.cross_encoder.BACKENDS``,
 repeated here so that ``--help`` imports no torch; a test checks they agree)."""
 DEFAULT_SCORER_BACKEND = "torch-float32"
-BUILD_SCORER_BACKEND = "onnx-float32"
+BUILD_SCORER_BACKEND = "torch-float32"
 """``earm_jax.scoring.cross_encoder.BUILD_BACKEND``, repeated for ``--help`` (a
 test checks they agree)."""
 
@@ -118,7 +118,8 @@ BuildScorerBackend = Annotated[
         help="What scores the held-out pools, at which precision: "
         + ", ".join(SCORER_BACKENDS)
         + f" (default {BUILD_SCORER_BACKEND}, the fastest that keeps float32's "
-        "ranking, needs the scorer extra; with --resume: the stopped build's).",
+        "ranking; onnx-* need the scorer extra; with --resume: the stopped "
+        "build's).",
         show_default=False,
     ),
 ]

@@ -236,7 +236,7 @@ def stopped_backend(out: str | os.PathLike[str]) -> str | None:
 
 
 def scoring_label(settings: CrossEncoderSettings) -> str:
-    """``onnx-float32 (ONNX Runtime, float32)``: the backend and what it is."""
+    """``torch-float32 (PyTorch, float32)``: the backend and what it is."""
     return f"{settings.backend} ({BACKEND_LABELS[settings.backend]})"
 
 
@@ -400,7 +400,7 @@ def _scored(
     """A scoring step's line: its pairs, how many the score cache answered,
     how many the model scored and how fast, and the backend and precision
     that scored them (``conversation 26 (turns): 900 pairs, 300 from the
-    score cache, 600 scored at 30 pairs/s by onnx-float32 (ONNX Runtime,
+    score cache, 600 scored at 30 pairs/s by torch-float32 (PyTorch,
     float32)``)."""
     cached = f", {hits:,} from the score cache" if hits else ""
     rate = f" at {sent / seconds:,.0f} pairs/s" if sent and seconds > 0 else ""

@@ -61,22 +61,18 @@ DEFAULT_BACKEND: Backend = "torch-float32"
 """Fixed in code from the committed JSON of
 ``benchmarks/bench_scorer_backends.py``, never chosen at run time:
 the fastest backend that keeps float32 torch's ranking (Recall@10 of Full
-within 0.002, mean top-10 overlap >= 9.5/10). The first run (a busy 2-core
-machine) found ``onnx-float32`` 1.28x as fast with the same ranking; the
-default stays ``torch-float32`` until an idle-machine run confirms it, since
-a new default changes the default scorer's identity (existing score caches
-would not be hit) and needs the ``scorer`` extra (docs/trained-scorer.md,
-"Backends")."""
+within 0.002, mean top-10 overlap >= 9.5/10). With its batches sorted by
+token count, ``torch-float32`` is that backend on the machine measured
+(docs/trained-scorer.md, "Backends")."""
 
-BUILD_BACKEND: Backend = "onnx-float32"
+BUILD_BACKEND: Backend = "torch-float32"
 """What ``earm train-scorer`` scores held-out pools with: the ``default`` of
 the committed ``benchmarks/bench_scorer_backends.py`` run (a test keeps the
 two equal), the fastest backend that keeps float32 torch's ranking by the
-rule above. :data:`DEFAULT_BACKEND` stays ``torch-float32`` for the identity
-existing score caches were written under; a build's model is new, so no cache
-holds its answers yet. An evaluation of the build scores with the backend
-its manifest records (``TrainedScorerFolder.scoring_backend``), so it finds
-them there."""
+rule above. A build that asks for another (``--scorer-backend``) records it
+in its manifest, and an evaluation of the build scores with the backend its
+manifest records (``TrainedScorerFolder.scoring_backend``), so it finds the
+build's answers in the score cache."""
 
 BACKEND_LABELS: dict[str, str] = {
     "torch-float32": "PyTorch, float32",

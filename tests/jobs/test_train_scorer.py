@@ -62,11 +62,11 @@ def test_profile_file_loads(trained_scorer):
 
 def test_a_build_scores_with_the_fast_backend_and_says_so(trained_scorer):
     folder, _, manifest = trained_scorer
-    assert manifest["job"]["scoring"]["backend"] == BUILD_BACKEND == "onnx-float32"
+    assert manifest["job"]["scoring"]["backend"] == BUILD_BACKEND == "torch-float32"
     assert open_scorer_folder(folder).scoring_backend == BUILD_BACKEND
     assert open_scorer_folder(folder / "fold-1").scoring_backend == BUILD_BACKEND
     log = (folder.parent / "progress.log").read_text().splitlines()
-    label = "onnx-float32 (ONNX Runtime, float32)"
+    label = "torch-float32 (PyTorch, float32)"
     steps = [line for line in log if line.startswith("[fold-")]
     scoring = [line for line in steps if " scoring turns " in line]
     assert len(scoring) == 2  # one held-out conversation per fold
@@ -90,7 +90,7 @@ def test_a_resumed_build_keeps_the_backend_it_started_with(tmp_path):
     assert stopped_backend(tmp_path) == "onnx-int8"
 
 
-def test_a_build_without_onnxruntime_stops_before_training(
+def test_an_onnx_build_without_onnxruntime_stops_before_training(
     tmp_path, locomo_path, monkeypatch
 ):
     import importlib.util
@@ -102,11 +102,13 @@ def test_a_build_without_onnxruntime_stops_before_training(
         lambda name, *a: None if name == "onnxruntime" else real(name, *a),
     )
     job = TrainScorerJob(data=str(locomo_path), out=str(tmp_path / "o"))
+    job.validate()  # the default backend needs no onnxruntime
+    onnx = dataclasses.replace(
+        job, scoring=dataclasses.replace(job.scoring, backend="onnx-float32")
+    )
     with pytest.raises(ValueError, match=r"scoring backend.*earm_jax\[scorer\]"):
-        job.validate()
-    dataclasses.replace(
-        job, scoring=dataclasses.replace(job.scoring, backend="torch-float32")
-    ).validate()
+        onnx.validate()
+    assert not (tmp_path / "o").exists()
 
 
 def test_bad_jobs_name_the_field(tmp_path, locomo_path):

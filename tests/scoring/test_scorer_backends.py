@@ -61,13 +61,14 @@ def test_the_cli_lists_the_library_backends():
     assert cli_options.DEFAULT_SCORER_BACKEND == DEFAULT_BACKEND == "torch-float32"
 
 
-def test_builds_score_with_the_committed_benchmarks_pick():
+def test_the_defaults_are_the_committed_benchmarks_pick():
     # The rule's pick of the committed run (fastest backend that keeps
-    # float32 torch's ranking) is what a build scores with; a rerun that
-    # picks another backend must move the constant with it.
+    # float32 torch's ranking) is the library's default and what a build
+    # scores with; a rerun that picks another backend must move the
+    # constants with it.
     results = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
     committed = json.loads((results / "scorer_backends_cpu.json").read_text())
-    assert BUILD_BACKEND == committed["default"]
+    assert DEFAULT_BACKEND == BUILD_BACKEND == committed["default"]
     assert committed["backends"][BUILD_BACKEND]["passes"]
     assert cli_options.BUILD_SCORER_BACKEND == BUILD_BACKEND
     assert cli_options.DEFAULT_SCORER_BACKEND == DEFAULT_BACKEND
