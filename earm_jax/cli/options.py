@@ -85,7 +85,7 @@ SCORER_BACKENDS = ("torch-float32", "torch-bfloat16", "onnx-float32", "onnx-int8
 """The in-process scorer's backends (``earm_jax.scoring.cross_encoder.BACKENDS``,
 repeated here so that ``--help`` imports no torch; a test checks they agree)."""
 DEFAULT_SCORER_BACKEND = "torch-float32"
-BUILD_SCORER_BACKEND = "torch-float32"
+BUILD_SCORER_BACKEND = DEFAULT_SCORER_BACKEND
 """``earm_jax.scoring.cross_encoder.BUILD_BACKEND``, repeated for ``--help`` (a
 test checks they agree)."""
 

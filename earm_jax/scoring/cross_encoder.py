@@ -65,14 +65,14 @@ within 0.002, mean top-10 overlap >= 9.5/10). With its batches sorted by
 token count, ``torch-float32`` is that backend on the machine measured
 (docs/trained-scorer.md, "Backends")."""
 
-BUILD_BACKEND: Backend = "torch-float32"
-"""What ``earm train-scorer`` scores held-out pools with: the ``default`` of
-the committed ``benchmarks/bench_scorer_backends.py`` run (a test keeps the
-two equal), the fastest backend that keeps float32 torch's ranking by the
-rule above. A build that asks for another (``--scorer-backend``) records it
-in its manifest, and an evaluation of the build scores with the backend its
-manifest records (``TrainedScorerFolder.scoring_backend``), so it finds the
-build's answers in the score cache."""
+BUILD_BACKEND: Backend = DEFAULT_BACKEND
+"""What ``earm train-scorer`` scores held-out pools with: the same pick as
+:data:`DEFAULT_BACKEND`, the ``default`` of the committed
+``benchmarks/bench_scorer_backends.py`` run. A build that asks for another
+(``--scorer-backend``) records it in its manifest, and an evaluation of the
+build scores with the backend its manifest records
+(``TrainedScorerFolder.scoring_backend``), so it finds the build's answers in
+the score cache."""
 
 BACKEND_LABELS: dict[str, str] = {
     "torch-float32": "PyTorch, float32",
