@@ -36,6 +36,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -327,6 +328,31 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         },
         "meta": meta,
     }
+
+
+def default_across_machines(runs: Sequence[dict[str, Any]]) -> str:
+    """The library default that committed runs on several machine kinds
+    support: among the backends that keep the reference's ranking in every
+    run, the one whose smallest speedup over ``torch-float32`` is largest
+    (the reference on a tie). A backend missing from a run never passed
+    there: one default has to suit every kind of machine measured, and a
+    backend that is fastest on one kind can be several times slower on
+    another (bfloat16 without native instructions)."""
+    if not runs:
+        raise ValueError("runs must hold at least one benchmark JSON")
+    passing = [
+        {name for name, row in run["backends"].items() if row["passes"]} for run in runs
+    ]
+    candidates = sorted(set.intersection(*passing))
+    if not candidates:
+        raise ValueError("no backend keeps the ranking in every run")
+    return max(
+        candidates,
+        key=lambda name: (
+            min(run["backends"][name]["speedup"] for run in runs),
+            name == REFERENCE,
+        ),
+    )
 
 
 def _version(package: str) -> str | None:

@@ -15,8 +15,8 @@ costs about the tokens it holds, not 200 times the longest one.
 
 **Backends.** One name says what runs the model and at which precision
 (:data:`BACKENDS`): ``torch-float32`` (the default: exact, what vLLM serves on
-CPU), ``torch-bfloat16`` (matrix products in bfloat16, about twice as fast on
-CPUs with native bfloat16, a few thousandths off float32), ``onnx-float32``
+CPU), ``torch-bfloat16`` (matrix products in bfloat16, about 2.5 times as fast
+on CPUs with native bfloat16, a few thousandths off float32), ``onnx-float32``
 (the folder exported once to ONNX and run by ONNX Runtime with its graph
 optimizations, :mod:`earm_jax.scoring.onnx_backend`) and ``onnx-int8`` (the
 same with dynamically quantized int8 weights). The backend is part of the
@@ -24,9 +24,9 @@ identity, so no score cache and no recorded answers mix two of them; the
 torch backends keep the identity they always had (``dtype`` and
 ``max_length``, no ``backend`` entry), so caches written before backends had
 names stay valid. The default is chosen by ``benchmarks/bench_scorer_backends.py``
-(docs/trained-scorer.md, "Backends"); a build (``earm train-scorer``) scores
-its held-out pools with :data:`BUILD_BACKEND`, the fastest backend that run
-found to keep the ranking.
+runs on each kind of machine measured (docs/trained-scorer.md, "Backends"); a
+build (``earm train-scorer``) scores its held-out pools with
+:data:`BUILD_BACKEND`, the same backend.
 
 Needs the ``embed`` extra (torch, sentence-transformers), and for the ONNX
 backends the ``scorer`` extra (onnxruntime); nothing here is imported by
@@ -58,17 +58,19 @@ BACKENDS: tuple[str, ...] = (
     "onnx-int8",
 )
 DEFAULT_BACKEND: Backend = "torch-float32"
-"""Fixed in code from the committed JSON of
-``benchmarks/bench_scorer_backends.py``, never chosen at run time:
-the fastest backend that keeps float32 torch's ranking (Recall@10 of Full
-within 0.002, mean top-10 overlap >= 9.5/10). With its batches sorted by
-token count, ``torch-float32`` is that backend on the machine measured
+"""Fixed in code from the committed JSONs of
+``benchmarks/bench_scorer_backends.py`` (one per kind of machine measured),
+never chosen at run time: of the backends that keep float32 torch's ranking
+(Recall@10 of Full within 0.002, mean top-10 overlap >= 9.5/10) on every kind,
+the one whose smallest speedup is largest. ``torch-float32`` is that backend
+for AVX2-only cores and cores with AVX-512 and native bfloat16:
+``onnx-float32`` keeps the ranking on both but is slower on the first
 (docs/trained-scorer.md, "Backends")."""
 
 BUILD_BACKEND: Backend = DEFAULT_BACKEND
 """What ``earm train-scorer`` scores held-out pools with: the same pick as
-:data:`DEFAULT_BACKEND`, the ``default`` of the committed
-``benchmarks/bench_scorer_backends.py`` run. A build that asks for another
+:data:`DEFAULT_BACKEND`, from the committed
+``benchmarks/bench_scorer_backends.py`` runs. A build that asks for another
 (``--scorer-backend``) records it in its manifest, and an evaluation of the
 build scores with the backend its manifest records
 (``TrainedScorerFolder.scoring_backend``), so it finds the build's answers in
