@@ -84,6 +84,29 @@ def _xla_optimized_when_marked(request):
         jax.config.update("jax_disable_most_optimizations", True)
 
 
+def _own_share_of_the_cores() -> None:
+    """Each pytest-xdist worker keeps to its own share of the cores.
+
+    XLA, LAPACK and torch size their thread pools from the cores a process
+    may use; with every worker seeing every core, 2 workers on 2 cores run 4+
+    compute threads that wait on each other (a pool's pieces are handed to
+    threads the other worker has descheduled). With a share each, a worker's
+    pools fit its cores; processes a test starts inherit the share.
+    ``EARM_TEST_SHARE_CORES=0`` leaves the workers on every core."""
+    if os.environ.get("EARM_TEST_SHARE_CORES", "1") == "0":
+        return
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    cores = sorted(os.sched_getaffinity(0))
+    if not worker.startswith("gw") or count < 2 or len(cores) < count:
+        return
+    share = set(cores[int(worker[2:]) % count :: count])
+    # Every thread of the worker, not only this one: the kernel sets one
+    # thread's mask, and threads started later inherit their creator's.
+    for thread in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(thread), share)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config):
     """One persistent XLA compilation cache per test run, shared by the xdist
@@ -94,6 +117,7 @@ def pytest_configure(config):
     caller is kept; ``EARM_TEST_COMPILATION_CACHE=0`` runs without one.
     Workers inherit the controller's folder and its optimization switch."""
     if hasattr(config, "workerinput"):
+        _own_share_of_the_cores()
         return
     _unoptimized_compiles()
     if os.environ.get("EARM_TEST_COMPILATION_CACHE") == "0":

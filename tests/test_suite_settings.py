@@ -69,3 +69,40 @@ def test_a_missing_extra_skips_or_fails_naming_it(monkeypatch, required):
         optional_extras.require_extra("earm_no_such_module")
     monkeypatch.setitem(optional_extras.EXTRA_OF, "json", "nothing")
     assert optional_extras.require_extra("json").dumps([]) == "[]"
+
+
+SHARING = os.environ.get("EARM_TEST_SHARE_CORES", "1") != "0"
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+
+
+@pytest.mark.skipif(
+    not SHARING or WORKERS < 2 or WORKERS > len(os.sched_getaffinity(os.getppid())),
+    reason="needs 2+ pytest-xdist workers, no more than the cores, and sharing on",
+)
+def test_each_worker_keeps_to_its_share_of_the_cores():
+    """Under pytest-xdist each worker runs on its own share of the cores
+    (worker i of n: every n-th core from the i-th), and so do the threads and
+    processes it starts, so that thread pools sized from the cores do not
+    oversubscribe them."""
+    import subprocess
+    import sys
+    import threading
+
+    index = int(os.environ["PYTEST_XDIST_WORKER"].removeprefix("gw"))
+    # The worker's parent is the pytest-xdist controller, on every core of the run.
+    everything = sorted(os.sched_getaffinity(os.getppid()))
+    expected = set(everything[index % WORKERS :: WORKERS])
+    for thread in os.listdir("/proc/self/task"):
+        assert os.sched_getaffinity(int(thread)) == expected, thread
+    seen = []
+    started = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))
+    started.start()
+    started.join()
+    assert seen == [expected]
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert child.stdout.strip() == str(sorted(expected))
