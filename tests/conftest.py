@@ -95,6 +95,8 @@ def _own_share_of_the_cores() -> None:
     ``EARM_TEST_SHARE_CORES=0`` leaves the workers on every core."""
     if os.environ.get("EARM_TEST_SHARE_CORES", "1") == "0":
         return
+    if not hasattr(os, "sched_setaffinity"):  # Linux only (not macOS, Windows)
+        return
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     cores = sorted(os.sched_getaffinity(0))

@@ -76,8 +76,11 @@ WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 
 
 @pytest.mark.skipif(
-    not SHARING or WORKERS < 2 or WORKERS > len(os.sched_getaffinity(os.getppid())),
-    reason="needs 2+ pytest-xdist workers, no more than the cores, and sharing on",
+    not SHARING
+    or WORKERS < 2
+    or not hasattr(os, "sched_getaffinity")
+    or WORKERS > len(os.sched_getaffinity(os.getppid())),
+    reason="needs Linux, 2+ pytest-xdist workers, no more than the cores, sharing on",
 )
 def test_each_worker_keeps_to_its_share_of_the_cores():
     """Under pytest-xdist each worker runs on its own share of the cores
