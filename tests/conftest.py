@@ -106,7 +106,10 @@ def _own_share_of_the_cores() -> None:
     # Every thread of the worker, not only this one: the kernel sets one
     # thread's mask, and threads started later inherit their creator's.
     for thread in os.listdir("/proc/self/task"):
-        os.sched_setaffinity(int(thread), share)
+        try:
+            os.sched_setaffinity(int(thread), share)
+        except ProcessLookupError:  # the thread ended meanwhile
+            pass
 
 
 @pytest.hookimpl(trylast=True)
