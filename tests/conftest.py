@@ -89,9 +89,9 @@ def _own_share_of_the_cores() -> None:
 
     XLA, LAPACK and torch size their thread pools from the cores a process
     may use; with every worker seeing every core, 2 workers on 2 cores run 4+
-    compute threads that wait on each other (a pool's pieces are handed to
-    threads the other worker has descheduled). With a share each, a worker's
-    pools fit its cores; processes a test starts inherit the share.
+    compute threads, and the same tests take more CPU time (the claims tier
+    about a third more, docs/getting-started.md). With a share each, a
+    worker's pools fit its cores; processes a test starts inherit the share.
     ``EARM_TEST_SHARE_CORES=0`` leaves the workers on every core."""
     if os.environ.get("EARM_TEST_SHARE_CORES", "1") == "0":
         return
