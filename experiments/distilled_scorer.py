@@ -34,7 +34,6 @@ the command, commit, date, machine and load.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -248,22 +247,22 @@ def distil(
     }
 
 
-def first_fold(build: Path) -> tuple[Path, dict[str, Any]]:
-    """Fold 0's model folder and record (which conversations it trained on
-    and held out), from a finished build's manifest or, in a build stopped
-    after its first fold, that fold's own record (``fold-0.json``)."""
+def first_fold(path: Path) -> tuple[Path, dict[str, Any]]:
+    """Fold 0's model folder and entry (the conversations it trained on and
+    held out) of a build, or of a fold folder. A build stopped after its
+    first fold has no manifest yet: its ``fold-0`` is read, whose record
+    :func:`open_scorer_folder` finds beside it."""
     from earm_jax.scoring.scorer_manifest import MANIFEST_NAME, open_scorer_folder
 
-    if (build / MANIFEST_NAME).is_file():
-        opened = open_scorer_folder(build)
-        return opened.root / opened.folds[0]["folder"], opened.folds[0]
-    record = build / "fold-0.json"
-    if not record.is_file():
-        raise SystemExit(
-            f"--teacher: {str(build)!r} has neither a manifest nor fold-0.json"
-        )
-    fold = json.loads(record.read_text(encoding="utf-8"))
-    return build / fold["folder"], fold
+    opened_as_is = (path / MANIFEST_NAME).is_file() or (path / "config.json").is_file()
+    try:
+        opened = open_scorer_folder(path if opened_as_is else path / "fold-0")
+    except ValueError as error:
+        raise SystemExit(f"--teacher: {error}") from None
+    if not opened.folds:
+        raise SystemExit(f"--teacher: {str(path)!r} is not a fold of a build")
+    fold = opened.folds[0]
+    return opened.root / fold["folder"], fold
 
 
 def main(argv: list[str] | None = None) -> int:
