@@ -46,13 +46,18 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks._common import print_table, write_json  # noqa: E402
+from earm_jax.eval.ranking_agreement import (  # noqa: E402
+    MIN_OVERLAP,
+    RECALL_TOLERANCE,
+    agreement,
+    keeps_the_ranking,
+    labelled_pools,
+    ranked_probability,
+)
 from earm_jax.jobs.machine_load import OtherLoad, load_record  # noqa: E402
 from earm_jax.jobs.metadata import provenance  # noqa: E402
 
 REFERENCE = "torch-float32"
-RECALL_TOLERANCE = 0.002
-MIN_OVERLAP = 9.5
-TOP = 10
 
 
 def add_pool_arguments(parser: argparse.ArgumentParser, questions: int) -> None:
@@ -107,29 +112,6 @@ def model_folder(path: str) -> tuple[Path, tuple[str, ...]]:
     return folder.root / first["folder"], held
 
 
-def question_pools(stream: Any, questions: int) -> list[dict[str, Any]]:
-    """The first ``questions`` labelled questions of a stream, with their pools."""
-    arrays, meta = stream.arrays, stream.meta
-    out = []
-    for t, query in enumerate(meta.query_texts):
-        if arrays.num_relevant[t] == 0:
-            continue
-        positions = np.flatnonzero(arrays.valid[t])
-        rows = arrays.candidates[t, positions]
-        out.append(
-            {
-                "query": query,
-                "memories": [meta.memory_texts[m] for m in rows],
-                "similarity": arrays.similarity[t, positions].astype(np.float64),
-                "relevant": arrays.relevant[t, positions],
-                "num_relevant": int(arrays.num_relevant[t]),
-            }
-        )
-        if len(out) == questions:
-            break
-    return out
-
-
 def setting_pools(
     args: argparse.Namespace,
 ) -> tuple[Path, list[Any], dict[str, list[dict[str, Any]]]]:
@@ -154,48 +136,11 @@ def setting_pools(
             for stream in build_streams(
                 conversations, embedder, setting=setting, pool_size=args.pool_size
             )
-            for pool in question_pools(stream, args.questions)
+            for pool in labelled_pools(stream, args.questions)
         ][: args.questions]
         for setting in settings
     }
     return folder, conversations, pools
-
-
-def top(scores: np.ndarray, k: int = TOP) -> set[int]:
-    """The indices of the ``k`` highest scores (NaN last, ties by position)."""
-    order = np.argsort(-np.nan_to_num(scores, nan=-np.inf), kind="stable")
-    return set(order[:k].tolist())
-
-
-def agreement(
-    pools: list[dict[str, Any]],
-    reference: list[np.ndarray],
-    scores: list[np.ndarray],
-) -> dict[str, float]:
-    """Max |delta|, mean top-10 overlap and Recall@10 of Full of ``scores``."""
-    deltas = [
-        float(np.max(np.abs(s - r))) for s, r in zip(scores, reference, strict=True)
-    ]
-    overlaps = [len(top(s) & top(r)) for s, r in zip(scores, reference, strict=True)]
-    recalls = [
-        len([i for i in top(s) if pool["relevant"][i]]) / pool["num_relevant"]
-        for s, pool in zip(scores, pools, strict=True)
-    ]
-    return {
-        "max_abs_delta": max(deltas),
-        "top10_overlap": float(np.mean(overlaps)),
-        "top10_overlap_min": int(min(overlaps)),
-        "recall@10_full": float(np.mean(recalls)),
-        "questions": len(pools),
-    }
-
-
-def used_scores(logits: np.ndarray, pool: dict[str, Any], blend: Any) -> np.ndarray:
-    """The probability the project ranks by: the blend's, where there is one."""
-    probabilities = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
-    if blend is None:
-        return probabilities
-    return np.asarray(blend.combine(probabilities, pool["similarity"]))
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
@@ -258,7 +203,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         split = np.cumsum([len(p["memories"]) for p in pools[setting]])[:-1]
         scores = {
             name: [
-                used_scores(chunk, pool, blend)
+                ranked_probability(chunk, pool, blend)
                 for chunk, pool in zip(
                     np.split(logits[setting][name], split), pools[setting], strict=True
                 )
@@ -297,9 +242,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         }
     reference_recall = summary[REFERENCE]["recall@10_full"]
     for row in summary.values():
-        row["passes"] = bool(
-            abs(row["recall@10_full"] - reference_recall) <= RECALL_TOLERANCE
-            and row["top10_overlap"] >= MIN_OVERLAP
+        row["passes"] = keeps_the_ranking(
+            row["top10_overlap"], row["recall@10_full"] - reference_recall
         )
     passing = [name for name in backends if summary[name]["passes"]]
     default = max(passing, key=lambda name: summary[name]["pairs_per_s"])

@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks._common import print_table, write_json  # noqa: E402
 from benchmarks._serve import served_scorer, vllm_version  # noqa: E402
-from benchmarks.bench_scorer_backends import question_pools, top  # noqa: E402
+from earm_jax.eval.ranking_agreement import labelled_pools, overlaps  # noqa: E402
 from earm_jax.jobs.machine_load import OtherLoad, load_record  # noqa: E402
 
 REFERENCE = "torch-float32"
@@ -95,7 +95,7 @@ def _requests(args: argparse.Namespace) -> tuple[list, list[str]]:
         for stream in build_streams(
             conversations, embedder, setting=args.memories, pool_size=200
         )
-        for pool in question_pools(stream, args.questions)
+        for pool in labelled_pools(stream, args.questions)
     ][: args.questions]
     requests = [(p["query"], p["memories"][: args.pairs_per_request]) for p in pools]
     return requests, [c.sample_id for c in conversations]
@@ -127,7 +127,7 @@ def agreement(reference: list[np.ndarray], scores: list[np.ndarray]) -> dict:
     pairs = list(zip(scores, reference, strict=True))
     return {
         "max_abs_delta": max(float(np.max(np.abs(s - r))) for s, r in pairs),
-        "top10_overlap": float(np.mean([len(top(s) & top(r)) for s, r in pairs])),
+        "top10_overlap": float(overlaps(reference, scores).mean()),
     }
 
 

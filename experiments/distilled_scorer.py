@@ -20,7 +20,7 @@ arithmetic can copy the bigger model's ranking instead:
 3. at each checkpoint the student scores the held-out pools in float32 and
    both are ranked by the teacher's blend: top-10 overlap with the teacher
    and Recall@10 of Full, with the paired 95% CI of the difference, the
-   agreement rule of ``benchmarks/bench_scorer_backends.py`` (overlap at
+   agreement rule of ``earm_jax.eval.ranking_agreement`` (overlap at
    least 9.5 of 10, Recall@10 within 0.002).
 
 A K-layer student does the arithmetic of the K-layer cut, whose speed
@@ -47,8 +47,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 GROUP = 32
-MIN_OVERLAP = 9.5
-RECALL_TOLERANCE = 0.002
 
 
 def question_pools(
@@ -56,6 +54,7 @@ def question_pools(
 ) -> list[dict[str, Any]]:
     """The turn pools of the first ``questions`` labelled questions of each
     conversation: query, memory texts, similarity and evidence labels."""
+    from earm_jax.eval.ranking_agreement import labelled_pools
     from earm_jax.jobs.locomo import select_conversations
     from earm_jax.locomo.data import load_locomo
     from earm_jax.locomo.streams import build_streams
@@ -63,24 +62,7 @@ def question_pools(
 
     chosen = select_conversations(load_locomo(data), tuple(conversations), 0)
     streams = build_streams(chosen, Embedder(cache_dir=cache_dir), setting="turns")
-    out = []
-    for stream in streams:
-        arrays, meta = stream.arrays, stream.meta
-        labelled = np.flatnonzero(arrays.num_relevant > 0)[:questions]
-        for t in labelled:
-            positions = np.flatnonzero(arrays.valid[t])
-            out.append(
-                {
-                    "query": meta.query_texts[t],
-                    "memories": [
-                        meta.memory_texts[m] for m in arrays.candidates[t, positions]
-                    ],
-                    "similarity": arrays.similarity[t, positions].astype(np.float64),
-                    "relevant": arrays.relevant[t, positions].astype(bool),
-                    "num_relevant": int(arrays.num_relevant[t]),
-                }
-            )
-    return out
+    return [pool for stream in streams for pool in labelled_pools(stream, questions)]
 
 
 def pool_logits(scorer: Any, pools: list[dict[str, Any]]) -> list[np.ndarray]:
@@ -91,38 +73,20 @@ def pool_logits(scorer: Any, pools: list[dict[str, Any]]) -> list[np.ndarray]:
     return np.split(values, ends[:-1])
 
 
-def ranked_scores(logits: np.ndarray, pool: dict[str, Any], blend: Any) -> np.ndarray:
-    """The score the project ranks by: the teacher's similarity blend."""
-    probabilities = 1.0 / (1.0 + np.exp(-logits))
-    if blend is None:
-        return probabilities
-    return np.asarray(blend.combine(probabilities, pool["similarity"]))
-
-
-def _top10(scores: np.ndarray) -> set[int]:
-    return set(np.argsort(-scores, kind="stable")[:10].tolist())
-
-
 def agreement(
     pools: list[dict[str, Any]], teacher: list[np.ndarray], student: list[np.ndarray]
 ) -> dict[str, Any]:
     """Top-10 overlap with the teacher and both Recall@10 of Full, per
     question and pooled, with the paired 95% CI of the difference."""
+    from earm_jax.eval.ranking_agreement import (
+        keeps_the_ranking,
+        overlaps,
+        recall_of_top,
+    )
     from earm_jax.eval.stats import contrast_ci
 
-    overlap = np.array(
-        [len(_top10(s) & _top10(t)) for s, t in zip(student, teacher, strict=True)]
-    )
-
-    def recall(scores: list[np.ndarray]) -> np.ndarray:
-        return np.array(
-            [
-                pool["relevant"][sorted(_top10(s))].sum() / pool["num_relevant"]
-                for s, pool in zip(scores, pools, strict=True)
-            ]
-        )
-
-    mine, theirs = recall(student), recall(teacher)
+    overlap = overlaps(teacher, student)
+    mine, theirs = recall_of_top(pools, student), recall_of_top(pools, teacher)
     ci = contrast_ci(mine, theirs, num_resamples=10_000)
     difference = float((mine - theirs).mean())
     return {
@@ -133,9 +97,7 @@ def agreement(
         "recall@10_full_teacher": float(theirs.mean()),
         "difference": difference,
         "difference_ci95": [float(ci.low), float(ci.high)],
-        "keeps_the_ranking": bool(
-            overlap.mean() >= MIN_OVERLAP and abs(difference) <= RECALL_TOLERANCE
-        ),
+        "keeps_the_ranking": keeps_the_ranking(float(overlap.mean()), difference),
     }
 
 
@@ -289,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
 
+    from earm_jax.eval.ranking_agreement import ranked_probability
     from earm_jax.jobs.machine_load import OtherLoad, load_record
     from earm_jax.jobs.metadata import provenance, write_json
     from earm_jax.scoring.cross_encoder import CrossEncoderScorer, CrossEncoderSettings
@@ -310,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         teacher_eval = pool_logits(t, evaluated)
     teacher_seconds = time.perf_counter() - started
     teacher_ranked = [
-        ranked_scores(logits, pool, blend)
+        ranked_probability(logits, pool, blend)
         for logits, pool in zip(teacher_eval, evaluated, strict=True)
     ]
     checkpoints: dict[str, Any] = {}
@@ -318,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     def checkpoint(step: int, model: Any, tokenizer: Any) -> None:
         logits = student_logits(model, tokenizer, evaluated, args.cache_dir)
         ranked = [
-            ranked_scores(values, pool, blend)
+            ranked_probability(values, pool, blend)
             for values, pool in zip(logits, evaluated, strict=True)
         ]
         found = agreement(evaluated, teacher_ranked, ranked)
