@@ -68,6 +68,13 @@ def train_scorer(
         int, typer.Option(help="How many most-similar non-evidence count as hard.")
     ] = 20,
     learning_rate: Annotated[float, typer.Option(help="Peak AdamW rate.")] = 4e-5,
+    warmup_fraction: Annotated[
+        float,
+        typer.Option(
+            help="Share of the steps spent warming the rate up (linearly), "
+            "in [0, 1); it then decays linearly to 0."
+        ),
+    ] = 0.1,
     max_length: Annotated[int, typer.Option(help="Tokens per pair.")] = 256,
     precision: Annotated[
         str,
@@ -139,6 +146,7 @@ def train_scorer(
                 group_size=group_size,
                 hard_negatives=hard_negatives,
                 learning_rate=learning_rate,
+                warmup_fraction=warmup_fraction,
                 max_length=max_length,
                 precision=resolve_precision(precision),  # type: ignore[arg-type]
                 max_steps=max_steps,

@@ -100,6 +100,8 @@ def test_a_conversation_the_model_trained_on_is_refused(
             "1",
             "--layers",
             "2",
+            "--warmup-fraction",
+            "0.3",
             "--out",
             str(folder),
             "--cache-dir",
@@ -117,6 +119,7 @@ def test_a_conversation_the_model_trained_on_is_refused(
     )
     # --layers 2: the fold is MiniLM's first 2 layers, and the manifest says so.
     assert manifest["job"]["training"]["layers"] == 2
+    assert manifest["job"]["training"]["warmup_fraction"] == 0.3
     fold = json.loads((folder / "fold-0" / "config.json").read_text())
     assert fold["num_hidden_layers"] == 2
     capsys.readouterr()
@@ -159,6 +162,7 @@ def test_train_scorer_mistakes_are_one_line(locomo_path, tmp_path, capsys):
         (["--precision", "half"], "precision"),
         (["--layers", "7"], "layers"),
         (["--layers", "-1"], "layers"),
+        (["--warmup-fraction", "1.5"], "warmup_fraction"),
     ]
     for extra, word in cases:
         status = main.run(
