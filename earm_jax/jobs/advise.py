@@ -40,6 +40,9 @@ class LabelledAnswers:
     valid: np.ndarray
     groups: np.ndarray | None = None
     num_relevant: np.ndarray | None = None
+    candidates: np.ndarray | None = None
+    """``int[T, N]`` each candidate's memory row in its conversation (recorded
+    answers only; with ``groups`` it names the memory)."""
 
 
 def _number(row: dict[str, str], name: str, line: int) -> float:
@@ -152,6 +155,7 @@ def recorded_labelled_answers(
         "valid": [],
         "groups": [],
         "num_relevant": [],
+        "candidates": [],
     }
     for stream in streams:
         replayed, _ = recorded_stream(stream, answers, replay, blend_weight, Mix())
@@ -161,6 +165,7 @@ def recorded_labelled_answers(
         parts["relevant"].append(arrays.relevant)
         parts["valid"].append(arrays.valid)
         parts["num_relevant"].append(arrays.num_relevant)
+        parts["candidates"].append(arrays.candidates)
         parts["groups"].append(
             np.full(arrays.valid.shape[0], stream.meta.sample_id, dtype=object)
         )
@@ -181,6 +186,7 @@ def recorded_labelled_answers(
         stacked("valid", False),
         np.concatenate(parts["groups"]).astype(str),
         np.concatenate(parts["num_relevant"]),
+        stacked("candidates", 0),
     )
 
 

@@ -324,3 +324,28 @@ def test_the_recorded_file_carries_the_builds_profile(
     capsys.readouterr()
     assert main.run(["simulate", *small, "--scorer-profile", str(stripped)]) == 2
     assert "record-scores" in capsys.readouterr().err
+
+
+def test_the_labelled_answers_say_which_memory_each_candidate_is(
+    recorded_file, locomo_path, conversations, embedding_cache_dir
+):
+    """``earm advise`` reads the answers pooled over conversations; the
+    memory rows beside them keep a memory's identity (the scorer profile's
+    memory effect needs it)."""
+    from earm_jax.jobs.advise import recorded_labelled_answers
+    from earm_jax.store.embeddings import Embedder
+
+    answers = recorded_labelled_answers(
+        str(recorded_file), str(locomo_path), str(embedding_cache_dir)
+    )
+    chosen = [c for c in conversations if c.sample_id in ("26", "30")]
+    embedder = Embedder(cache_dir=str(embedding_cache_dir))
+    streams = build_streams(chosen, embedder, setting="turns", pool_size=200)
+    assert answers.candidates.shape == answers.valid.shape
+    for stream in streams:
+        rows = answers.groups == stream.meta.sample_id
+        width = stream.arrays.candidates.shape[1]
+        np.testing.assert_array_equal(
+            answers.candidates[rows][:, :width], stream.arrays.candidates
+        )
+        assert not answers.valid[rows][:, width:].any()
