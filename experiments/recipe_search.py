@@ -95,21 +95,6 @@ def train_fold_zero(
     return time.perf_counter() - started
 
 
-def held_back_questions(
-    streams: dict[str, Any], training_ids: list[str], seed: int
-) -> dict[str, np.ndarray]:
-    """The questions ``earm train-scorer`` held back of each training
-    conversation (its seeded draw, in its order of conversations)."""
-    from earm_jax.locomo.training_data import validation_questions
-
-    return {
-        sample: validation_questions(
-            len(streams[sample].meta.query_texts), 0.1, seed + index
-        )
-        for index, sample in enumerate(training_ids)
-    }
-
-
 def scored_recall(
     scorer: Any, streams: dict[str, Any], questions: dict[str, np.ndarray]
 ) -> dict[str, Any]:
@@ -155,6 +140,7 @@ def evaluate(
     cache_dir: str | None,
 ) -> dict[str, Any]:
     """Fold 0's scorer on its held-back and its held-out questions."""
+    from earm_jax.jobs.train_scorer import TrainScorerJob, held_back_questions
     from earm_jax.scoring.cache import CachedScorer, ScoreCache
     from earm_jax.scoring.cross_encoder import CrossEncoderSettings
     from earm_jax.scoring.scorer_manifest import model_scorer
@@ -162,7 +148,11 @@ def evaluate(
 
     training_ids = [entry["id"] for entry in record["trained_on"]]
     held_out = [entry["id"] for entry in record["held_out"]]
-    back = held_back_questions(streams, training_ids, seed)
+    back = held_back_questions(
+        {s: len(streams[s].meta.query_texts) for s in training_ids},
+        TrainScorerJob.validation_fraction,
+        seed,
+    )
     counts = {s: int(v.sum()) for s, v in back.items()}
     if counts != record["held_back_questions"]:
         raise ValueError(

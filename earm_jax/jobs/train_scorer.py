@@ -283,19 +283,27 @@ def _entry(conversation: Conversation) -> dict[str, str]:
     return {"id": conversation.sample_id, "digest": conversation_digest(conversation)}
 
 
+def held_back_questions(
+    query_counts: dict[str, int], fraction: float, seed: int
+) -> dict[str, np.ndarray]:
+    """``bool[T]`` per training conversation: the seeded questions a build
+    holds back for calibration, given each conversation's question count in
+    the order the fold trains on them (the same on a resumed build, and for
+    whoever judges the fold on them afterwards)."""
+    return {
+        sample: validation_questions(count, fraction, seed + index)
+        for index, (sample, count) in enumerate(query_counts.items())
+    }
+
+
 def _held_back(
     job: TrainScorerJob, data: PoolData, training_ids: list[str]
 ) -> dict[str, np.ndarray]:
-    """The seeded questions of each training conversation held back for
-    calibration (the same on a resumed build)."""
-    return {
-        sample: validation_questions(
-            len(data.conversation(sample).queries()),
-            job.validation_fraction,
-            job.training.seed + index,
-        )
-        for index, sample in enumerate(training_ids)
-    }
+    return held_back_questions(
+        {s: len(data.conversation(s).queries()) for s in training_ids},
+        job.validation_fraction,
+        job.training.seed,
+    )
 
 
 def _train_fold(
@@ -666,6 +674,7 @@ __all__ = [
     "SCORE_CACHE_NAME",
     "TrainScorerJob",
     "file_digests",
+    "held_back_questions",
     "run_train_scorer",
     "scoring_label",
     "stopped_backend",
