@@ -2,30 +2,33 @@
 LoCoMo's own pools, against the real answers.
 
 The simulator's control for the regime map (``earm simulate --scorer-profile``)
-shows no room above Top-similarity with the trained model's profile, while the
-real answers leave some on LoCoMo. Either the simulated streams lack LoCoMo's
-structure, or the profile loses what makes the real Full better. This script
-removes the first: it keeps LoCoMo's pools (the same candidates, the same
-evidence at the same similarity ranks) and replaces only the answers:
+draws a trained model's answers from its profile. This script checks the
+profile where the answer is known: it keeps LoCoMo's pools (the same
+candidates, the same evidence at the same similarity ranks) and replaces only
+the answers:
 
 - **real**: the build's recorded answers (as ``earm locomo --scorer recorded``
   replays them);
-- **profile**: answers drawn from the profile the file carries, as ``earm
-  simulate`` draws them (each pair's answer from its cell's measured
-  distribution, relevant or not at its similarity-rank bucket, with the
-  memory's and the query's shared effects), ``--seeds`` draws;
-- **placed by rank**: the non-relevant answers drawn the same way, and each
-  relevant memory's answer placed at a rank among its own question's
-  non-relevant answers drawn from the ranks the real model gave relevant
-  memories in that bucket (measured on these same pools: an in-sample upper
-  bound on what a profile of that form keeps).
+- **cell by cell**: answers drawn from the profile's cells alone (each pair's
+  answer from its measured distribution, relevant or not at its
+  similarity-rank bucket, with the memory's and the query's shared effects):
+  what a v1 profile draws;
+- **with standings**: the same draws with each relevant answer placed at a
+  standing among its question's non-relevant answers drawn from the measured
+  ones (a v2 profile, as ``earm simulate`` draws it now).
+
+The profile is the one the recorded answers carry; a file recorded before
+standings were measured gets one fitted here on its own answers, the way
+``earm record-scores`` fits it. Both are measured on these same pools, so this
+is an in-sample check of what the profile's form keeps.
 
 For each: within-question AUC, Recall@10 of Full (the pool ranked by the
 answers) and of Top-similarity (the ``--paid`` most similar share of each pool
 paid and ranked by answer, the rest in similarity order), and their difference
 (for the real answers with a paired bootstrap 95% CI over questions; for the
-draws the mean and range over seeds). Writes a JSON with the command, commit,
-date and machine.
+draws the mean and range over seeds), and the share of relevant memories above
+95% and 99% of their question's non-relevant answers, per similarity-rank
+bucket. Writes a JSON with the command, commit, date and machine.
 
     python experiments/profile_room.py \\
         --scores experiments/scores/turns-500steps-scores.npz \\
@@ -95,42 +98,6 @@ def buckets(profile: Any, width: int) -> np.ndarray:
     )
 
 
-def ranks_among_negatives(answers: np.ndarray, pools: Any) -> np.ndarray:
-    """``float[T, N]``: for each relevant candidate, the share of its
-    question's non-relevant answers below its own (NaN elsewhere)."""
-    out = np.full(answers.shape, np.nan)
-    negatives = pools.valid & ~pools.relevant & np.isfinite(answers)
-    for t in range(answers.shape[0]):
-        below = np.sort(answers[t][negatives[t]])
-        for p in np.flatnonzero(pools.relevant[t] & pools.valid[t]):
-            out[t, p] = np.searchsorted(below, answers[t, p]) / max(below.size, 1)
-    return out
-
-
-def placed_by_rank(
-    drawn: np.ndarray,
-    pools: Any,
-    rank_quantiles: np.ndarray,
-    bucket: np.ndarray,
-    rng: np.random.Generator,
-) -> np.ndarray:
-    """``drawn`` with each relevant answer replaced by one placed at a rank
-    among its question's drawn non-relevant answers, the rank drawn from its
-    bucket's measured quantiles (midway between the two neighbours it falls
-    between; above the best, midway to 1)."""
-    out = drawn.copy()
-    levels = np.linspace(0.0, 1.0, rank_quantiles.shape[1])
-    for t in range(drawn.shape[0]):
-        below = np.sort(drawn[t][pools.valid[t] & ~pools.relevant[t]])
-        for p in np.flatnonzero(pools.relevant[t] & pools.valid[t]):
-            share = np.interp(rng.random(), levels, rank_quantiles[bucket[p]])
-            k = int(np.floor(share * below.size))
-            low = below[k - 1] if k >= 1 else 0.0
-            high = below[k] if k < below.size else 1.0
-            out[t, p] = 0.5 * (low + high)
-    return out
-
-
 def summary(values: dict[str, Any]) -> dict[str, Any]:
     return {
         "full": float(values["full"].mean()),
@@ -152,6 +119,27 @@ def over_seeds(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def carried_or_fitted(scores: str, pools: Any) -> tuple[Any, str]:
+    """The v2 profile the recorded answers carry, or one fitted on them."""
+    from earm_jax.eval.scorer_profile import fit_scorer_profile, profile_from_json
+    from earm_jax.scoring.recorded_answers import RecordedAnswers
+
+    carried = RecordedAnswers.load(scores).profile
+    if carried is not None:
+        profile = profile_from_json(carried)
+        if profile.relevant_rank_quantiles is not None:
+            return profile, "carried by the recorded answers"
+    memories, _ = memory_index(pools)
+    profile, _ = fit_scorer_profile(
+        pools.scores,
+        pools.relevant,
+        pools.valid,
+        memories,
+        np.arange(pools.scores.shape[0]),
+    )
+    return profile, "fitted here on the recorded answers (recorded as v1)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scores", required=True, help="a build's recorded answers")
@@ -164,110 +152,85 @@ def main(argv: list[str] | None = None) -> int:
 
     import jax
 
-    from earm_jax.eval.scorer_profile import profile_answers, profile_from_json
+    from earm_jax.eval.scorer_profile import profile_answers, standings
     from earm_jax.eval.stats import contrast_ci
     from earm_jax.jobs.advise import recorded_labelled_answers
     from earm_jax.jobs.metadata import provenance, write_json
-    from earm_jax.scoring.recorded_answers import RecordedAnswers
 
     pools = recorded_labelled_answers(args.scores, args.data, args.cache_dir)
-    carried = RecordedAnswers.load(args.scores).profile
-    if carried is None:
-        raise SystemExit(f"{args.scores} carries no scorer profile")
-    profile = profile_from_json(carried)
+    profile, profile_source = carried_or_fitted(args.scores, pools)
+    variants = {
+        "cell_by_cell": profile._replace(relevant_rank_quantiles=None),
+        "with_standings": profile,
+    }
     bucket = buckets(profile, pools.valid.shape[1])
+    relevant = pools.relevant & pools.valid
     real = measure(pools.scores, pools, args.paid)
     ci = contrast_ci(real["full"], real["top_similarity"], seed=0)
-    ranks = ranks_among_negatives(pools.scores, pools)
-    levels = np.linspace(0.0, 1.0, 21)
-    relevant = pools.relevant & pools.valid
-    rank_quantiles = np.stack(
-        [
-            np.quantile(ranks[relevant & (bucket[None, :] == b)], levels)
-            for b in range(int(bucket.max()) + 1)
-        ]
-    )
+    found = {"real": [standings(pools.scores, pools.relevant, pools.valid)]}
     memories, num_memories = memory_index(pools)
-    drawn_rows, placed_rows, drawn_ranks = [], [], []
-    for seed in range(args.seeds):
-        drawn = np.asarray(
-            profile_answers(
-                jax.random.PRNGKey(seed),
-                profile,
-                pools.relevant & pools.valid,
-                memories,
-                num_memories,
-            ),
-            np.float64,
-        )
-        drawn = np.where(pools.valid, drawn, np.nan)
-        drawn_ranks.append(ranks_among_negatives(drawn, pools))
-        drawn_rows.append(summary(measure(drawn, pools, args.paid)))
-        placed = placed_by_rank(
-            drawn, pools, rank_quantiles, bucket, np.random.default_rng(seed)
-        )
-        placed_rows.append(summary(measure(placed, pools, args.paid)))
-        print(
-            f"[profile-room] seed {seed}: profile Full - Top-similarity "
-            f"{drawn_rows[-1]['full_minus_top_similarity']:+.3f}, placed by rank "
-            f"{placed_rows[-1]['full_minus_top_similarity']:+.3f}",
-            file=sys.stderr,
-        )
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
+    for name, variant in variants.items():
+        found[name] = []
+        for seed in range(args.seeds):
+            drawn = np.asarray(
+                profile_answers(
+                    jax.random.PRNGKey(seed),
+                    variant,
+                    relevant,
+                    memories,
+                    num_memories,
+                    pools.valid,
+                ),
+                np.float64,
+            )
+            drawn = np.where(pools.valid, drawn, np.nan)
+            found[name].append(standings(drawn, pools.relevant, pools.valid))
+            rows[name].append(summary(measure(drawn, pools, args.paid)))
+            print(
+                f"[profile-room] {name}, seed {seed}: Full - Top-similarity "
+                f"{rows[name][-1]['full_minus_top_similarity']:+.3f}",
+                file=sys.stderr,
+            )
     edges = [int(e) for e in np.asarray(profile.rank_edges)]
+    names = [f"{edges[b]}-{edges[b + 1]}" for b in range(len(edges) - 1)]
     layout = {
-        f"{edges[b]}-{edges[b + 1]}": float(
+        names[b]: float(
             relevant[:, bucket == b].sum()
             / pools.num_relevant[pools.num_relevant > 0].sum()
         )
-        for b in range(len(edges) - 1)
+        for b in range(len(names))
     }
+
+    def share_above(draws: list[np.ndarray], b: int, level: float) -> float:
+        inside = relevant & (bucket[None, :] == b)
+        values = np.concatenate([d[inside & np.isfinite(d)] for d in draws])
+        return float(np.mean(values >= level))
+
     write_json(
         args.out,
         {
             "experiment": "profile_room",
             "scores": Path(args.scores).name,
+            "profile": profile_source,
             "questions": int((pools.num_relevant > 0).sum()),
             "paid_share": args.paid,
             "relevant_by_rank_bucket": layout,
-            "rank_among_negatives_quantiles": {
-                f"{edges[b]}-{edges[b + 1]}": rank_quantiles[b].tolist()
-                for b in range(len(edges) - 1)
-            },
-            "rank_among_negatives_quantiles_profile": {
-                f"{edges[b]}-{edges[b + 1]}": np.quantile(
-                    np.concatenate(
-                        [r[relevant & (bucket[None, :] == b)] for r in drawn_ranks]
-                    ),
-                    levels,
-                ).tolist()
-                for b in range(len(edges) - 1)
-            },
             "share_above": {
                 source: {
-                    f"{edges[b]}-{edges[b + 1]}": {
-                        str(level): float(
-                            np.mean(
-                                np.concatenate(
-                                    [
-                                        r[relevant & (bucket[None, :] == b)]
-                                        for r in found
-                                    ]
-                                )
-                                >= level
-                            )
-                        )
+                    names[b]: {
+                        str(level): share_above(draws, b, level)
                         for level in (0.95, 0.99)
                     }
-                    for b in range(len(edges) - 1)
+                    for b in range(len(names))
                 }
-                for source, found in (("real", [ranks]), ("profile", drawn_ranks))
+                for source, draws in found.items()
             },
             "real": {
                 **summary(real),
                 "full_minus_top_similarity_ci95": [ci.low, ci.high],
             },
-            "profile": over_seeds(drawn_rows),
-            "placed_by_rank": over_seeds(placed_rows),
+            **{name: over_seeds(found_rows) for name, found_rows in rows.items()},
             **provenance("python", ["experiments/profile_room.py", *sys.argv[1:]]),
         },
     )

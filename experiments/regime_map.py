@@ -14,10 +14,12 @@ over Top-similarity with the paired 95% CI.
         --points model,oracle:0.2,oracle:0.4,similarity:0.5,noise:0.1 \
         --caps 0.10,0.15,0.25,0.35 --out experiments/results/regime_map/turns.json
 
-With ``--simulate`` each point is ``recurrence:R`` and the run is ``earm
-simulate`` with the recorded answers' scorer profile (the answers drawn from the
-real model's measured errors) on streams where a query repeats an earlier need
-with probability R: the control for how much of the map is LoCoMo's structure.
+With ``--simulate`` each point is ``recurrence:R`` (optionally ``+gap:G``) and
+the run is ``earm simulate`` with the recorded answers' scorer profile (the
+answers drawn from the real model's measured errors) on streams where a query
+repeats an earlier need with probability R (and a relevant pair looks
+unrelated with probability G, the simulator's ``--semantic-gap``, 0.3 unless
+given): the control for how much of the map is LoCoMo's structure.
 
     python experiments/regime_map.py --simulate \
         --scores experiments/scores/turns-scores.npz \
@@ -114,6 +116,10 @@ def _replayed(
     return result
 
 
+# A simulated point's knobs, as ``earm simulate`` options.
+SIMULATED_KNOBS = {"recurrence": "--recurrence", "gap": "--semantic-gap"}
+
+
 def _simulated(point: str, cap: float, scores: str, resamples: int) -> dict:
     """``earm simulate --preset best --side-information --call-order
     embedding`` (the simulator's streams carry texts only with side
@@ -123,9 +129,14 @@ def _simulated(point: str, cap: float, scores: str, resamples: int) -> dict:
 
     from earm_jax.cli import main as cli
 
-    kind, _, value = point.partition(":")
-    if kind != "recurrence":
-        raise ValueError(f"--simulate points are recurrence:R, got {point!r}")
+    knobs = {}
+    for part in point.split("+"):
+        kind, _, value = part.partition(":")
+        if kind not in SIMULATED_KNOBS or not value:
+            raise ValueError(
+                f"--simulate points are recurrence:R, optionally +gap:G, got {point!r}"
+            )
+        knobs[SIMULATED_KNOBS[kind]] = value
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "simulated.json"
         argv = [
@@ -138,8 +149,7 @@ def _simulated(point: str, cap: float, scores: str, resamples: int) -> dict:
             "embedding",
             "--scorer-profile",
             scores,
-            "--recurrence",
-            value,
+            *[part for knob in knobs.items() for part in knob],
             "--call-budget",
             str(cap),
             "--budget-scale",

@@ -7,16 +7,12 @@ from typing import Annotated
 
 import typer
 
-from earm_jax.cli.errors import user_errors
+from earm_jax.cli.errors import UserError, user_errors
 from earm_jax.cli.locomo import resolve_data
 from earm_jax.cli.options import CacheDir, LocomoData, Quiet
 
 
 def record_scores(
-    scorer_model: Annotated[
-        Path,
-        typer.Option(help="The folder `earm train-scorer --folds K` wrote."),
-    ],
     out: Annotated[
         Path,
         typer.Option(
@@ -24,6 +20,19 @@ def record_scores(
             "LoCoMo's turns)."
         ),
     ],
+    scorer_model: Annotated[
+        Path | None,
+        typer.Option(help="The folder `earm train-scorer --folds K` wrote."),
+    ] = None,
+    refit_profile: Annotated[
+        Path | None,
+        typer.Option(
+            help="Instead of a build: a recorded-answers file whose scorer "
+            "profile is measured again from its own answers (no model, no "
+            "score cache) and written with them to --out; for files recorded "
+            "before profiles kept each relevant answer's standing."
+        ),
+    ] = None,
     data: LocomoData = None,
     memories: Annotated[
         str, typer.Option(help="The memory setting to record: turns, observations.")
@@ -42,7 +51,16 @@ def record_scores(
     from earm_jax.jobs.record_answers import RecordJob, record_answers
     from earm_jax.scoring.recorded_answers import describe
 
+    if (scorer_model is None) == (refit_profile is None):
+        raise UserError(
+            "give --scorer-model (a build) or --refit-profile (a recorded file), "
+            "not both",
+            "earm record-scores --scorer-model BUILD --out FILE",
+        )
     data = resolve_data(data)
+    if refit_profile is not None:
+        _refit(refit_profile, data, cache_dir, out)
+        return
     job = RecordJob(
         scorer_folder=str(scorer_model),
         data=str(data),
@@ -71,6 +89,23 @@ def record_scores(
             f"{summary['precision']}"
         )
     typer.echo(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
+
+
+def _refit(source: Path, data: Path, cache_dir: Path | None, out: Path) -> None:
+    from earm_jax.jobs.record_answers import refit_profile
+
+    with user_errors(
+        "install the extra: pip install 'earm_jax[embed]'", ModuleNotFoundError
+    ):
+        with user_errors("check --refit-profile and --data"):
+            recorded = refit_profile(
+                str(source), str(data), str(cache_dir) if cache_dir else None
+            )
+            recorded.save(out)
+    typer.echo(
+        f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB): the answers of "
+        f"{source.name}, profile {recorded.profile['format']}"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -12,13 +12,34 @@ next). A profile keeps what was measured on labelled pools:
   order, so position is the similarity rank);
 * ``memory_correlation`` and ``query_correlation``: the shares of an answer's
   variation, on the probit scale of its within-cell quantile, that belong to
-  its memory and to its query (one-way random-effects ICCs).
+  its memory and to its query (one-way random-effects ICCs);
+* ``relevant_rank_quantiles[c, b, :]``: for relevant candidates at bucket
+  ``b`` of a pool holding one (``c = 0``) or several (``c = 1``) relevant
+  candidates, the quantiles of their *standing* -- the share of their own
+  question's non-relevant answers below them (ties count half).
 
 Answers are drawn as :math:`y = Q_{r,b}(\Phi(z))` with
 :math:`z = \sqrt{\rho_m}\,a_m + \sqrt{\rho_q}\,c_t + \sqrt{1-\rho_m-\rho_q}\,
 \varepsilon_{m,t}`, all standard normal: the marginal of each cell is the
 measured one, and a memory (or query) keeps its tendency across pairs.
-What this leaves out: errors tied to a memory *and* a topic together.
+
+Marginals alone do not keep what decides a ranking. A relevant memory deep in
+the pool competes with its own question's non-relevant answers, and the real
+model lifts a few of them above nearly all of those; answers drawn cell by
+cell put them above 99% of their question's non-relevant answers about half as
+often, which removes the room above scoring the top of the similarity order.
+So a profile with ``relevant_rank_quantiles`` places each relevant answer
+after the non-relevant ones are drawn: its standing is drawn from its bucket's
+measured quantiles (at the same latent ``z``), and its answer is the one drawn
+from its cell when that already stands there, else the midpoint of the two
+non-relevant answers it falls between. Standings are measured apart for pools
+with one relevant candidate and with several: deep in the pool a question's
+only evidence stands far higher (on LoCoMo turns, at similarity ranks 50-100,
+above 95% of its question's non-relevant answers 52% of the time against 30%
+with two or three), and a single-evidence question's Recall@10 rests on it
+alone.
+What this leaves out: errors tied to a memory *and* a topic together, and how
+a question's relevant memories stand relative to one another.
 
 Fitting is host NumPy (:func:`fit_scorer_profile`); drawing is pure JAX
 (:func:`profile_answers`), jit- and vmap-able.
@@ -34,7 +55,9 @@ import numpy as np
 
 from earm_jax.types import Array, ArrayLike, PRNGKey
 
-PROFILE_FORMAT = "earm-scorer-profile-v1"
+PROFILE_FORMAT = "earm-scorer-profile-v2"
+# Profiles written before standings were measured; read, drawn cell by cell.
+PROFILE_FORMAT_V1 = "earm-scorer-profile-v1"
 DEFAULT_RANK_EDGES = (0, 5, 20, 50, 100, 200)
 DEFAULT_LEVELS = 21
 
@@ -49,12 +72,18 @@ class ScorerProfile(NamedTuple):
         per bucket at ``L`` evenly spaced levels from 0 to 1.
       memory_correlation: ``float32[]`` memory share of the probit variance.
       query_correlation: ``float32[]`` query share of the probit variance.
+      relevant_rank_quantiles: ``float32[2, B, L]`` quantiles of a relevant
+        answer's standing among its question's non-relevant answers, for
+        pools with one relevant candidate and with several, per bucket;
+        ``None`` (a v1 profile): relevant answers are drawn from their cells
+        alone.
     """
 
     rank_edges: Array
     quantiles: Array
     memory_correlation: Array
     query_correlation: Array
+    relevant_rank_quantiles: Array | None = None
 
 
 def _icc(groups: np.ndarray, values: np.ndarray) -> float:
@@ -82,6 +111,24 @@ def _probit(u: np.ndarray) -> np.ndarray:
     return inverse(np.clip(u, 1e-4, 1 - 1e-4))
 
 
+def standings(
+    scores: np.ndarray, relevant: np.ndarray, usable: np.ndarray
+) -> np.ndarray:
+    """``float[T, N]``: each usable relevant answer's share of its row's usable
+    non-relevant answers below it, ties counting half (NaN elsewhere, and in a
+    row with no non-relevant answer)."""
+    out = np.full(scores.shape, np.nan)
+    negatives = usable & ~relevant
+    for t in np.flatnonzero((usable & relevant).any(axis=1) & negatives.any(axis=1)):
+        below = np.sort(scores[t][negatives[t]])
+        mine = usable[t] & relevant[t]
+        values = scores[t][mine]
+        lower = np.searchsorted(below, values, side="left")
+        upper = np.searchsorted(below, values, side="right")
+        out[t, mine] = (lower + 0.5 * (upper - lower)) / below.size
+    return out
+
+
 def fit_scorer_profile(
     scores: np.ndarray,
     relevant: np.ndarray,
@@ -104,7 +151,8 @@ def fit_scorer_profile(
       levels: quantile levels.
 
     Returns:
-      ``(profile, counts)``: counts holds the pairs per cell and the ICC inputs.
+      ``(profile, counts)``: counts holds the pairs per cell, the ICC inputs
+      and the relevant pairs whose standing was measured, per bucket.
 
     Raises:
       ValueError: no relevant or no non-relevant pair.
@@ -120,8 +168,10 @@ def fit_scorer_profile(
         or edges[0] != 0
     ):
         raise ValueError(f"rank_edges must start at 0 and increase, got {rank_edges}")
-    if not (usable & relevant).any() or not (usable & ~relevant).any():
-        raise ValueError("a profile needs relevant and non-relevant scored pairs")
+    if not ((usable & relevant).any(axis=1) & (usable & ~relevant).any(axis=1)).any():
+        raise ValueError(
+            "a profile needs a question with relevant and non-relevant scored pairs"
+        )
     num_buckets = edges.size - 1
     positions = np.broadcast_to(np.arange(scores.shape[1]), scores.shape)
     bucket = np.clip(
@@ -142,6 +192,27 @@ def fit_scorer_profile(
             if cells[r, b]:
                 ranks = np.argsort(np.argsort(scores[inside], kind="stable")) + 0.5
                 probit[inside] = _probit(ranks / cells[r, b])
+    standing = standings(scores, relevant, usable)
+    ranked = np.isfinite(standing)
+    several = np.broadcast_to(
+        (relevant & np.asarray(valid, bool)).sum(axis=1, keepdims=True) > 1,
+        scores.shape,
+    )
+    rank_table = np.zeros((2, num_buckets, levels))
+    rank_cells = np.zeros((2, num_buckets), np.int64)
+    for c in (0, 1):
+        group = ranked & (several == bool(c))
+        for b in range(num_buckets):
+            inside = group & (bucket == b)
+            rank_cells[c, b] = int(inside.sum())
+            # A thin cell borrows its bucket's other group, then every bucket.
+            if rank_cells[c, b] >= levels:
+                source = inside
+            elif (ranked & (bucket == b)).sum() >= levels:
+                source = ranked & (bucket == b)
+            else:
+                source = ranked
+            rank_table[c, b] = np.quantile(standing[source], grid)
     done = np.isfinite(probit)
     memory = np.broadcast_to(np.asarray(memory_ids), scores.shape)[done]
     query = np.broadcast_to(np.asarray(query_ids)[:, None], scores.shape)[done]
@@ -159,8 +230,13 @@ def fit_scorer_profile(
         quantiles=jnp.asarray(table, jnp.float32),
         memory_correlation=jnp.asarray(memory_share, jnp.float32),
         query_correlation=jnp.asarray(query_share, jnp.float32),
+        relevant_rank_quantiles=jnp.asarray(rank_table, jnp.float32),
     )
-    return profile, {"pairs_per_cell": cells.tolist(), "pairs": int(done.sum())}
+    return profile, {
+        "pairs_per_cell": cells.tolist(),
+        "pairs": int(done.sum()),
+        "ranked_relevant_per_cell": rank_cells.tolist(),
+    }
 
 
 def profile_answers(
@@ -169,6 +245,7 @@ def profile_answers(
     relevant: ArrayLike,
     memory_ids: ArrayLike,
     num_memories: int,
+    valid: ArrayLike | None = None,
 ) -> Array:
     """Draws answers for one stream's pools from ``profile`` (pure JAX).
 
@@ -179,9 +256,12 @@ def profile_answers(
         pool is the similarity rank.
       memory_ids: ``int32[T, N]`` memory rows (for the memory effect).
       num_memories: ``M`` (static).
+      valid: ``bool[T, N]`` real candidates (default: all); a relevant
+        answer's standing is among its row's valid non-relevant answers.
 
     Returns:
-      ``float32[T, N]`` answers in [0, 1].
+      ``float32[T, N]`` answers in [0, 1] (at invalid positions: drawn, not
+      meaningful).
     """
     relevant = jnp.asarray(relevant, bool)
     num_queries, pool = relevant.shape
@@ -207,13 +287,49 @@ def profile_answers(
     rows = profile.quantiles[relevant.astype(jnp.int32), bucket[None, :]]  # [T, N, L]
     grid = jnp.linspace(0.0, 1.0, profile.quantiles.shape[-1])
     answer = jax.vmap(jax.vmap(lambda u, q: jnp.interp(u, grid, q)))(level, rows)
-    return jnp.clip(answer, 0.0, 1.0).astype(jnp.float32)
+    answer = jnp.clip(answer, 0.0, 1.0)
+    if profile.relevant_rank_quantiles is not None:
+        valid = jnp.ones_like(relevant) if valid is None else jnp.asarray(valid, bool)
+        several = (relevant & valid).sum(axis=-1) > 1  # [T]
+        standing_rows = profile.relevant_rank_quantiles[
+            several.astype(jnp.int32)[:, None], bucket[None, :]
+        ]  # [T, N, L]
+        standing = jax.vmap(jax.vmap(lambda u, q: jnp.interp(u, grid, q)))(
+            level, standing_rows
+        )
+        answer = _placed(answer, relevant & valid, valid & ~relevant, standing)
+    return answer.astype(jnp.float32)
+
+
+def _placed(answer: Array, relevant: Array, negative: Array, standing: Array) -> Array:
+    """``answer`` with each relevant one moved to stand above (nearest) the
+    share ``standing`` of its row's non-relevant answers: kept when it already
+    stands between the two it should, else their midpoint (0 and 1 past the
+    ends)."""
+    count = negative.sum(axis=-1, keepdims=True)
+    below = jnp.sort(jnp.where(negative, answer, jnp.inf), axis=-1)
+    # Between the k-th and (k+1)-th lowest, an answer's standing is k / count:
+    # the nearest such k to the drawn standing.
+    k = jnp.clip(jnp.round(standing * count).astype(jnp.int32), 0, count)
+    low = jnp.where(
+        k >= 1,
+        jnp.take_along_axis(below, jnp.maximum(k - 1, 0), axis=-1),
+        0.0,
+    )
+    high = jnp.where(
+        k < count,
+        jnp.take_along_axis(below, jnp.minimum(k, below.shape[-1] - 1), axis=-1),
+        1.0,
+    )
+    inside = (answer > low) & (answer < high)
+    moved = jnp.where(inside, answer, 0.5 * (low + high))
+    return jnp.where(relevant & (count > 0), moved, answer)
 
 
 def profile_to_json(profile: ScorerProfile, source: dict[str, Any]) -> dict[str, Any]:
     """The profile as a JSON-ready dict, with where it was measured."""
     quantiles = np.asarray(profile.quantiles)
-    return {
+    data = {
         "format": PROFILE_FORMAT,
         "rank_edges": np.asarray(profile.rank_edges).tolist(),
         "levels": np.linspace(0.0, 1.0, quantiles.shape[-1]).tolist(),
@@ -225,6 +341,15 @@ def profile_to_json(profile: ScorerProfile, source: dict[str, Any]) -> dict[str,
         "query_correlation": float(profile.query_correlation),
         "source": source,
     }
+    if profile.relevant_rank_quantiles is None:
+        data["format"] = PROFILE_FORMAT_V1
+    else:
+        standing = np.asarray(profile.relevant_rank_quantiles)
+        data["relevant_rank_quantiles"] = {
+            "one_in_pool": standing[0].tolist(),
+            "several_in_pool": standing[1].tolist(),
+        }
+    return data
 
 
 def profile_from_json(data: dict[str, Any]) -> ScorerProfile:
@@ -233,8 +358,9 @@ def profile_from_json(data: dict[str, Any]) -> ScorerProfile:
     Raises:
       ValueError: not a profile, or inconsistent shapes (naming the field).
     """
-    if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
-        raise ValueError(f"not a scorer profile (format must be {PROFILE_FORMAT!r})")
+    formats = (PROFILE_FORMAT, PROFILE_FORMAT_V1)
+    if not isinstance(data, dict) or data.get("format") not in formats:
+        raise ValueError(f"not a scorer profile (format must be one of {formats})")
     edges = np.asarray(data.get("rank_edges"), np.int64)
     if (
         edges.ndim != 1
@@ -267,20 +393,53 @@ def profile_from_json(data: dict[str, Any]) -> ScorerProfile:
         if not 0.0 <= value < 1.0:
             raise ValueError(f"{name} must be in [0, 1), got {value}")
         shares.append(value)
+    standing = None
+    if data["format"] == PROFILE_FORMAT:
+        try:
+            standing = np.stack(
+                [
+                    np.asarray(data["relevant_rank_quantiles"][name], np.float64)
+                    for name in ("one_in_pool", "several_in_pool")
+                ]
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(
+                "relevant_rank_quantiles must hold one_in_pool and several_in_pool "
+                f"tables: {error}"
+            ) from error
+        if standing.shape != table.shape:
+            raise ValueError(
+                f"relevant_rank_quantiles must be [bucket][level] tables of shape "
+                f"{table.shape[1:]}, got {standing.shape[1:]}"
+            )
+        if (
+            not np.all(np.isfinite(standing))
+            or np.any(standing < 0)
+            or np.any(standing > 1)
+            or np.any(np.diff(standing, axis=-1) < 0)
+        ):
+            raise ValueError(
+                "relevant_rank_quantiles must lie in [0, 1] and be non-decreasing "
+                "along levels"
+            )
+        standing = jnp.asarray(standing, jnp.float32)
     return ScorerProfile(
         rank_edges=jnp.asarray(edges, jnp.int32),
         quantiles=jnp.asarray(np.clip(table, 0.0, 1.0), jnp.float32),
         memory_correlation=jnp.asarray(shares[0], jnp.float32),
         query_correlation=jnp.asarray(shares[1], jnp.float32),
+        relevant_rank_quantiles=standing,
     )
 
 
 __all__ = [
     "DEFAULT_RANK_EDGES",
     "PROFILE_FORMAT",
+    "PROFILE_FORMAT_V1",
     "ScorerProfile",
     "fit_scorer_profile",
     "profile_answers",
     "profile_from_json",
     "profile_to_json",
+    "standings",
 ]

@@ -349,7 +349,7 @@ def _make_stream(
         # A measured scorer instead: its answer distributions by relevance and
         # similarity rank, with its memory- and query-level correlation.
         answer = profile_answers(
-            profile_key, profile, pool_relevant, candidates, num_memories
+            profile_key, profile, pool_relevant, candidates, num_memories, valid
         )
     answer = jnp.where(valid, answer, 0.0).astype(jnp.float32)
 

@@ -227,6 +227,60 @@ def record_answers(job: RecordJob) -> tuple[RecordedAnswers, dict[str, int]]:
     return recorded, missing
 
 
+def refit_profile(
+    scores_file: str, data: str, cache_dir: str | None = None
+) -> RecordedAnswers:
+    """``scores_file``'s recorded answers with their scorer profile measured
+    again from the answers the file holds (no model, no score cache), as
+    :func:`record_answers` measures it: a file recorded before profiles kept
+    standings is brought up to the current form, its answers unchanged.
+
+    Raises:
+      ValueError: the data or the embedder is not the one the file was
+        recorded on, or a class of pairs is missing.
+    """
+    from earm_jax.jobs.locomo_recorded import Mix, recorded_stream
+    from earm_jax.store.embeddings import Embedder
+
+    recorded = RecordedAnswers.load(scores_file)
+    built = recorded.manifest.get("job", {})
+    conversations = select_conversations(
+        load_locomo(data), tuple(recorded.conversations), built.get("limit", 0)
+    )
+    recorded.check(
+        recorded.setting, {c.sample_id: conversation_digest(c) for c in conversations}
+    )
+    embedder = Embedder(cache_dir=cache_dir)
+    if embedder.identity != recorded.scorer.get("embedding_model"):
+        raise ValueError(
+            f"the answers were recorded on pools of "
+            f"{recorded.scorer.get('embedding_model')}, not {embedder.identity}"
+        )
+    streams = build_streams(
+        conversations,
+        embedder,
+        setting=recorded.setting,
+        pool_size=built.get("pool_size", 200),
+    )
+    replay = ReplayScorer.from_recorded(recorded)
+    answered = []
+    for stream in streams:
+        replayed, _ = recorded_stream(stream, recorded, replay, 1.0, Mix())
+        answered.append(
+            (
+                stream.meta.sample_id,
+                stream,
+                np.where(stream.arrays.valid, replayed.arrays.scores, np.nan),
+            )
+        )
+    profile = _profile(answered)
+    if profile is None:
+        raise ValueError(
+            f"{scores_file!r} holds too few answers of a class to measure a profile"
+        )
+    return dataclasses.replace(recorded, profile=profile)
+
+
 def _profile(answered: list[tuple[str, Any, np.ndarray]]) -> dict[str, Any] | None:
     """The profile of the recorded answers, or None when a class of pairs is
     missing (too few answers to measure it)."""
@@ -239,4 +293,4 @@ def _profile(answered: list[tuple[str, Any, np.ndarray]]) -> dict[str, Any] | No
         return None
 
 
-__all__ = ["RecordJob", "record_answers", "without_machine_paths"]
+__all__ = ["RecordJob", "record_answers", "refit_profile", "without_machine_paths"]

@@ -215,7 +215,7 @@ def test_simulate_draws_answers_from_the_measured_profile(
     )
     assert status == 0, capsys.readouterr().err
     payload = json.loads(out.read_text())
-    assert payload["config"]["scorer_profile"]["format"] == "earm-scorer-profile-v1"
+    assert payload["config"]["scorer_profile"]["format"] == "earm-scorer-profile-v2"
     assert "profile" in payload["scorer"]
     rerun = tmp_path / "again.json"
     assert (

@@ -91,6 +91,39 @@ def test_the_build_writes_its_recorded_answers(trained_scorer, recorded_file):
     assert str(folder.parent) not in header and str(folder) not in header
 
 
+def test_a_profile_refit_from_the_file_is_the_one_recorded(
+    recorded_file, locomo_path, embedding_cache_dir, tmp_path
+):
+    """``--refit-profile`` measures the profile again from the answers the file
+    holds, with no model and no score cache: on a copy stripped to the v1 form
+    it gives back what the build recorded, answers untouched."""
+    from earm_jax.eval.scorer_profile import PROFILE_FORMAT, PROFILE_FORMAT_V1
+
+    recorded = RecordedAnswers.load(recorded_file)
+    assert recorded.profile["format"] == PROFILE_FORMAT
+    old = {k: v for k, v in recorded.profile.items() if k != "relevant_rank_quantiles"}
+    stripped = tmp_path / "old-scores.npz"
+    dataclasses.replace(recorded, profile=old | {"format": PROFILE_FORMAT_V1}).save(
+        stripped
+    )
+    out = tmp_path / "refit-scores.npz"
+    args = ["--data", str(locomo_path), "--cache-dir", str(embedding_cache_dir)]
+    argv = ["record-scores", "--refit-profile", str(stripped), *args, "--out"]
+    assert main.run([*argv, str(out)]) == 0
+    again = RecordedAnswers.load(out)
+    assert again.profile["format"] == PROFILE_FORMAT
+    for key in ("relevant_rank_quantiles", "quantiles"):
+        for name, table in recorded.profile[key].items():
+            np.testing.assert_allclose(again.profile[key][name], table, atol=1e-6)
+    for name in ("memory_correlation", "query_correlation"):
+        assert again.profile[name] == pytest.approx(recorded.profile[name], abs=1e-6)
+    for sample, conversation in recorded.conversations.items():
+        np.testing.assert_array_equal(
+            conversation.logits, again.conversations[sample].logits
+        )
+    assert main.run(["record-scores", *args, "--out", str(out)]) == 2
+
+
 def test_replayed_answers_are_the_cross_encoders_own(
     trained_scorer, recorded_file, conversations, embedding_cache_dir
 ):
