@@ -20,7 +20,9 @@ the answers:
 The profile is the one the recorded answers carry; a file recorded before
 standings were measured gets one fitted here on its own answers, the way
 ``earm record-scores`` fits it. Both are measured on these same pools, so this
-is an in-sample check of what the profile's form keeps.
+is an in-sample check of what the profile's form keeps; with
+``--leave-one-out`` each conversation's answers are drawn from a profile fitted
+on the other conversations' answers instead, the out-of-sample check.
 
 For each: within-question AUC, Recall@10 of Full (the pool ranked by the
 answers) and of Top-similarity (the ``--paid`` most similar share of each pool
@@ -147,6 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--paid", type=float, default=0.25)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--cache-dir", default=None)
+    parser.add_argument(
+        "--leave-one-out",
+        action="store_true",
+        help="draw each conversation's answers from a profile fitted on the "
+        "other conversations' answers (out of sample), not the carried one",
+    )
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
 
@@ -159,31 +167,53 @@ def main(argv: list[str] | None = None) -> int:
 
     pools = recorded_labelled_answers(args.scores, args.data, args.cache_dir)
     profile, profile_source = carried_or_fitted(args.scores, pools)
+    memories, num_memories = memory_index(pools)
+    # Which profile draws which questions: one for all, or per conversation
+    # one fitted on the others.
+    parts = [(np.ones(pools.valid.shape[0], bool), profile)]
+    if args.leave_one_out:
+        from earm_jax.eval.scorer_profile import fit_scorer_profile
+
+        profile_source = "fitted, for each conversation, on the other conversations"
+        parts = []
+        for group in np.unique(pools.groups):
+            rows = pools.groups == group
+            fitted, _ = fit_scorer_profile(
+                pools.scores[~rows],
+                pools.relevant[~rows],
+                pools.valid[~rows],
+                memories[~rows],
+                np.flatnonzero(~rows),
+            )
+            parts.append((rows, fitted))
     variants = {
-        "cell_by_cell": profile._replace(relevant_rank_quantiles=None),
-        "with_standings": profile,
+        "cell_by_cell": lambda fitted: fitted._replace(relevant_rank_quantiles=None),
+        "with_standings": lambda fitted: fitted,
     }
     bucket = buckets(profile, pools.valid.shape[1])
     relevant = pools.relevant & pools.valid
     real = measure(pools.scores, pools, args.paid)
     ci = contrast_ci(real["full"], real["top_similarity"], seed=0)
     found = {"real": [standings(pools.scores, pools.relevant, pools.valid)]}
-    memories, num_memories = memory_index(pools)
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
     for name, variant in variants.items():
         found[name] = []
         for seed in range(args.seeds):
-            drawn = np.asarray(
-                profile_answers(
-                    jax.random.PRNGKey(seed),
-                    variant,
-                    relevant,
-                    memories,
-                    num_memories,
-                    pools.valid,
-                ),
-                np.float64,
-            )
+            drawn = np.full(pools.scores.shape, np.nan)
+            for index, (chosen, fitted) in enumerate(parts):
+                drawn[chosen] = np.asarray(
+                    profile_answers(
+                        jax.random.PRNGKey(seed)
+                        if len(parts) == 1
+                        else jax.random.fold_in(jax.random.PRNGKey(seed), index),
+                        variant(fitted),
+                        relevant[chosen],
+                        memories[chosen],
+                        num_memories,
+                        pools.valid[chosen],
+                    ),
+                    np.float64,
+                )
             drawn = np.where(pools.valid, drawn, np.nan)
             found[name].append(standings(drawn, pools.relevant, pools.valid))
             rows[name].append(summary(measure(drawn, pools, args.paid)))
