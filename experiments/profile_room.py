@@ -17,10 +17,10 @@ the answers:
   standing among its question's non-relevant answers drawn from the measured
   ones (a v2 profile, as ``earm simulate`` draws it now).
 
-The profile is the one the recorded answers carry; a file recorded before
-standings were measured gets one fitted here on its own answers, the way
-``earm record-scores`` fits it. Both are measured on these same pools, so this
-is an in-sample check of what the profile's form keeps; with
+The profile is the one the recorded answers carry (``earm record-scores
+--refit-profile`` brings an older file's up to v2). It is measured on these
+same pools, so this is an in-sample check of what the profile's form keeps;
+with
 ``--leave-one-out`` each conversation's answers are drawn from a profile fitted
 on the other conversations' answers instead, the out-of-sample check.
 
@@ -121,25 +121,19 @@ def over_seeds(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def carried_or_fitted(scores: str, pools: Any) -> tuple[Any, str]:
-    """The v2 profile the recorded answers carry, or one fitted on them."""
-    from earm_jax.eval.scorer_profile import fit_scorer_profile, profile_from_json
+def carried_profile(scores: str) -> Any:
+    """The v2 profile the recorded answers carry."""
+    from earm_jax.eval.scorer_profile import profile_from_json
     from earm_jax.scoring.recorded_answers import RecordedAnswers
 
     carried = RecordedAnswers.load(scores).profile
-    if carried is not None:
-        profile = profile_from_json(carried)
-        if profile.relevant_rank_quantiles is not None:
-            return profile, "carried by the recorded answers"
-    memories, _ = memory_index(pools)
-    profile, _ = fit_scorer_profile(
-        pools.scores,
-        pools.relevant,
-        pools.valid,
-        memories,
-        np.arange(pools.scores.shape[0]),
-    )
-    return profile, "fitted here on the recorded answers (recorded as v1)"
+    profile = None if carried is None else profile_from_json(carried)
+    if profile is None or profile.relevant_rank_quantiles is None:
+        raise SystemExit(
+            f"{scores} carries no v2 scorer profile: bring it up with `earm "
+            "record-scores --refit-profile FILE --out FILE`"
+        )
+    return profile
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     from earm_jax.jobs.metadata import provenance, write_json
 
     pools = recorded_labelled_answers(args.scores, args.data, args.cache_dir)
-    profile, profile_source = carried_or_fitted(args.scores, pools)
+    profile = carried_profile(args.scores)
+    profile_source = "carried by the recorded answers"
     memories, num_memories = memory_index(pools)
     # Which profile draws which questions: one for all, or per conversation
     # one fitted on the others.

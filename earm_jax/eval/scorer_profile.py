@@ -286,17 +286,15 @@ def profile_answers(
     )
     rows = profile.quantiles[relevant.astype(jnp.int32), bucket[None, :]]  # [T, N, L]
     grid = jnp.linspace(0.0, 1.0, profile.quantiles.shape[-1])
-    answer = jax.vmap(jax.vmap(lambda u, q: jnp.interp(u, grid, q)))(level, rows)
-    answer = jnp.clip(answer, 0.0, 1.0)
+    at_level = jax.vmap(jax.vmap(lambda u, q: jnp.interp(u, grid, q)))
+    answer = jnp.clip(at_level(level, rows), 0.0, 1.0)
     if profile.relevant_rank_quantiles is not None:
         valid = jnp.ones_like(relevant) if valid is None else jnp.asarray(valid, bool)
         several = (relevant & valid).sum(axis=-1) > 1  # [T]
         standing_rows = profile.relevant_rank_quantiles[
             several.astype(jnp.int32)[:, None], bucket[None, :]
         ]  # [T, N, L]
-        standing = jax.vmap(jax.vmap(lambda u, q: jnp.interp(u, grid, q)))(
-            level, standing_rows
-        )
+        standing = at_level(level, standing_rows)
         answer = _placed(answer, relevant & valid, valid & ~relevant, standing)
     return answer.astype(jnp.float32)
 

@@ -126,28 +126,10 @@ def recorded_labelled_answers(
     """A build's recorded answers on the LoCoMo pools they were recorded on,
     as the scorer gives them (the blend at ``blend_weight``), with the
     evidence labels; each conversation is a bootstrap group."""
-    from earm_jax.jobs.locomo import select_conversations
-    from earm_jax.jobs.locomo_recorded import Mix, load_recorded, recorded_stream
-    from earm_jax.locomo.data import load_locomo
-    from earm_jax.locomo.streams import build_streams
-    from earm_jax.locomo.training_data import conversation_digest
-    from earm_jax.scoring.replay import ReplayScorer
-    from earm_jax.store.embeddings import Embedder
+    from earm_jax.jobs.locomo_recorded import load_recorded, replayed_streams
 
     recorded = load_recorded([scores_file])
-    (setting, answers), *_ = recorded.items()
-    conversations = select_conversations(
-        load_locomo(data), tuple(answers.conversations), 0
-    )
-    answers.check(setting, {c.sample_id: conversation_digest(c) for c in conversations})
-    embedder = Embedder(cache_dir=cache_dir)
-    if embedder.identity != answers.scorer.get("embedding_model"):
-        raise ValueError(
-            f"the answers were recorded on pools of "
-            f"{answers.scorer.get('embedding_model')}, not {embedder.identity}"
-        )
-    streams = build_streams(conversations, embedder, setting=setting, pool_size=200)
-    replay = ReplayScorer.from_recorded(answers)
+    (_, answers), *_ = recorded.items()
     parts: dict[str, list[np.ndarray]] = {
         "scores": [],
         "similarity": [],
@@ -157,8 +139,7 @@ def recorded_labelled_answers(
         "num_relevant": [],
         "candidates": [],
     }
-    for stream in streams:
-        replayed, _ = recorded_stream(stream, answers, replay, blend_weight, Mix())
+    for stream, replayed in replayed_streams(answers, data, cache_dir, blend_weight):
         arrays = replayed.arrays
         parts["scores"].append(np.where(arrays.valid, arrays.scores, np.nan))
         parts["similarity"].append(arrays.similarity)

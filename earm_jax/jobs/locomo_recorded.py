@@ -147,6 +147,52 @@ def recorded_stream(
     return with_scores(stream, values.astype(np.float32)), failures
 
 
+def replayed_streams(
+    answers: RecordedAnswers,
+    data: str,
+    cache_dir: str | None = None,
+    blend_weight: float = 1.0,
+) -> list[tuple[LocomoStream, LocomoStream]]:
+    """Each conversation ``answers`` holds, its stream rebuilt from ``data`` as
+    the build made it (its question limit and pool size), and that stream
+    with the recorded answers replayed on it at ``blend_weight``.
+
+    Raises:
+      ValueError: ``data`` is not the copy the answers were recorded on, or
+        the embedder is not the one their pools came from.
+    """
+    from earm_jax.jobs.locomo import select_conversations
+    from earm_jax.locomo.data import load_locomo
+    from earm_jax.locomo.streams import build_streams
+    from earm_jax.locomo.training_data import conversation_digest
+    from earm_jax.store.embeddings import Embedder
+
+    built = answers.manifest.get("job", {})
+    conversations = select_conversations(
+        load_locomo(data), tuple(answers.conversations), built.get("limit", 0)
+    )
+    answers.check(
+        answers.setting, {c.sample_id: conversation_digest(c) for c in conversations}
+    )
+    embedder = Embedder(cache_dir=cache_dir)
+    if embedder.identity != answers.scorer.get("embedding_model"):
+        raise ValueError(
+            f"the answers were recorded on pools of "
+            f"{answers.scorer.get('embedding_model')}, not {embedder.identity}"
+        )
+    streams = build_streams(
+        conversations,
+        embedder,
+        setting=answers.setting,
+        pool_size=built.get("pool_size", 200),
+    )
+    replay = ReplayScorer.from_recorded(answers)
+    return [
+        (stream, recorded_stream(stream, answers, replay, blend_weight, Mix())[0])
+        for stream in streams
+    ]
+
+
 def recorded_note(
     files: Sequence[str],
     recorded: Mapping[str, RecordedAnswers],
@@ -181,6 +227,7 @@ def recorded_summary(recorded: Mapping[str, RecordedAnswers]) -> dict[str, Any]:
 
 
 __all__ = [
+    "replayed_streams",
     "MIX_TARGETS",
     "Mix",
     "check_recorded",

@@ -239,40 +239,17 @@ def refit_profile(
       ValueError: the data or the embedder is not the one the file was
         recorded on, or a class of pairs is missing.
     """
-    from earm_jax.jobs.locomo_recorded import Mix, recorded_stream
-    from earm_jax.store.embeddings import Embedder
+    from earm_jax.jobs.locomo_recorded import replayed_streams
 
     recorded = RecordedAnswers.load(scores_file)
-    built = recorded.manifest.get("job", {})
-    conversations = select_conversations(
-        load_locomo(data), tuple(recorded.conversations), built.get("limit", 0)
-    )
-    recorded.check(
-        recorded.setting, {c.sample_id: conversation_digest(c) for c in conversations}
-    )
-    embedder = Embedder(cache_dir=cache_dir)
-    if embedder.identity != recorded.scorer.get("embedding_model"):
-        raise ValueError(
-            f"the answers were recorded on pools of "
-            f"{recorded.scorer.get('embedding_model')}, not {embedder.identity}"
+    answered = [
+        (
+            stream.meta.sample_id,
+            stream,
+            np.where(stream.arrays.valid, replayed.arrays.scores, np.nan),
         )
-    streams = build_streams(
-        conversations,
-        embedder,
-        setting=recorded.setting,
-        pool_size=built.get("pool_size", 200),
-    )
-    replay = ReplayScorer.from_recorded(recorded)
-    answered = []
-    for stream in streams:
-        replayed, _ = recorded_stream(stream, recorded, replay, 1.0, Mix())
-        answered.append(
-            (
-                stream.meta.sample_id,
-                stream,
-                np.where(stream.arrays.valid, replayed.arrays.scores, np.nan),
-            )
-        )
+        for stream, replayed in replayed_streams(recorded, data, cache_dir)
+    ]
     profile = _profile(answered)
     if profile is None:
         raise ValueError(

@@ -371,7 +371,12 @@ def test_the_labelled_answers_say_which_memory_each_candidate_is(
     answers = recorded_labelled_answers(
         str(recorded_file), str(locomo_path), str(embedding_cache_dir)
     )
-    chosen = [c for c in conversations if c.sample_id in ("26", "30")]
+    from earm_jax.jobs.locomo import select_conversations
+
+    # The questions the build recorded: its --limit 4 of each conversation.
+    chosen = select_conversations(
+        [c for c in conversations if c.sample_id in ("26", "30")], (), 4
+    )
     embedder = Embedder(cache_dir=str(embedding_cache_dir))
     streams = build_streams(chosen, embedder, setting="turns", pool_size=200)
     assert answers.candidates.shape == answers.valid.shape
