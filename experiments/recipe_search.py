@@ -5,9 +5,12 @@ Each variant is the default command plus some options (``--variant
 NAME=OPTIONS``; the first is the reference, normally the default recipe with
 no options). For each:
 
-1. ``earm train-scorer --folds 3 --memories turns OPTIONS`` trains fold 0 (5 of
-   the 7 shared conversations) and is stopped once the fold's model is written;
-   a variant whose ``fold-0.json`` is already in ``--builds`` is not retrained;
+1. ``earm train-scorer --folds 3 --memories SETTING OPTIONS`` trains fold 0 (5
+   of the 7 shared conversations) and is stopped once the fold's model is
+   written; a variant whose ``fold-0.json`` is already in ``--builds`` is not
+   retrained. ``--memories`` (turns by default) is the setting judged; a
+   variant may train on more (``--memories turns,observations`` in its
+   OPTIONS), never on fewer than the judged one;
 2. the fold's scorer (calibrated, blended with similarity, as ``earm locomo``
    uses it) scores the whole pools of two sets of questions:
 
@@ -30,6 +33,10 @@ Writes a JSON with the command, commit, date, machine and load.
     python experiments/recipe_search.py --data ../shared/data/locomo \\
         --variant default= --variant lr8e-5="--learning-rate 8e-5" \\
         --out experiments/results/recipe_search_turns.json
+    python experiments/recipe_search.py --data ../shared/data/locomo \\
+        --memories observations --variant default= \\
+        --variant joint="--memories turns,observations" \\
+        --out experiments/results/recipe_search_observations.json
 """
 
 from __future__ import annotations
@@ -65,7 +72,7 @@ def parse_variant(text: str) -> tuple[str, list[str]]:
 
 
 def train_fold_zero(
-    data: str, out: Path, options: list[str], backend: str, log: Path
+    data: str, setting: str, out: Path, options: list[str], backend: str, log: Path
 ) -> float:
     """Runs ``earm train-scorer`` until fold 0's model is written, then stops
     it; returns the wall seconds (0 when the fold was already there)."""
@@ -73,7 +80,7 @@ def train_fold_zero(
         return 0.0
     earm = Path(sys.executable).with_name("earm")
     command = [
-        str(earm), "train-scorer", "--data", data, "--memories", "turns",
+        str(earm), "train-scorer", "--data", data, "--memories", setting,
         "--folds", str(FOLDS), "--out", str(out), "--scorer-backend", backend,
         *options,
     ]  # fmt: skip
@@ -129,6 +136,17 @@ def scored_recall(
             "ece": quality["reliability"]["ece"],
         },
     }
+
+
+def trained_settings(setting: str, options: list[str]) -> list[str]:
+    """The memory settings a variant trains on: the judged one, or the last
+    ``--memories`` in its options (as the command line reads it)."""
+    if "--memories" not in options:
+        return [setting]
+    last = len(options) - 1 - options[::-1].index("--memories")
+    if last + 1 >= len(options):
+        raise ValueError("a variant's --memories needs a value")
+    return [s.strip() for s in options[last + 1].split(",") if s.strip()]
 
 
 def evaluate(
@@ -208,9 +226,18 @@ def main(argv: list[str] | None = None) -> int:
         help="NAME=OPTIONS of earm train-scorer; the first is the reference",
     )
     parser.add_argument(
+        "--memories",
+        default="turns",
+        choices=["turns", "observations"],
+        help="the memory setting whose pools judge the variants",
+    )
+    parser.add_argument(
         "--builds",
         default=None,
-        help="where the variants' builds go (default $EARM_CACHE_DIR/recipe-search)",
+        help=(
+            "where the variants' builds go (default $EARM_CACHE_DIR/recipe-search "
+            "for turns, recipe-search-SETTING otherwise)"
+        ),
     )
     parser.add_argument("--backend", default="onnx-float32")
     parser.add_argument("--cache-dir", default=None)
@@ -229,14 +256,23 @@ def main(argv: list[str] | None = None) -> int:
     names = [name for name, _ in args.variant]
     if len(set(names)) != len(names):
         parser.error(f"--variant names must differ, got {names}")
-    builds = Path(args.builds or default_cache_dir() / "recipe-search")
+    for name, options in args.variant:
+        if args.memories not in trained_settings(args.memories, options):
+            parser.error(
+                f"variant {name!r} does not train on {args.memories}, the "
+                "setting it is judged on"
+            )
+    folder = "recipe-search" + ("" if args.memories == "turns" else f"-{args.memories}")
+    builds = Path(args.builds or default_cache_dir() / folder)
     builds.mkdir(parents=True, exist_ok=True)
     conversations = select_conversations(load_locomo(args.data), (), 0)
     streams = dict(
         zip(
             [c.sample_id for c in conversations],
             build_streams(
-                conversations, Embedder(cache_dir=args.cache_dir), setting="turns"
+                conversations,
+                Embedder(cache_dir=args.cache_dir),
+                setting=args.memories,
             ),
             strict=True,
         )
@@ -247,9 +283,21 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name, options in args.variant:
         out = builds / name
+        settings = trained_settings(args.memories, options)
+        kept = out / "variant.json"
+        if (out / f"{FOLD}.json").is_file():
+            # A build from before variants were labelled trained on turns.
+            was = json.loads(kept.read_text()) if kept.is_file() else {}
+            if was.get("settings", ["turns"]) != settings:
+                parser.error(
+                    f"{out} was trained on {was.get('settings', ['turns'])}, "
+                    f"variant {name!r} asks for {settings}: give another --builds"
+                )
         seconds = train_fold_zero(
-            args.data, out, options, args.backend, builds / f"{name}.log"
+            args.data, args.memories, out, options, args.backend, builds / f"{name}.log"
         )
+        if not kept.is_file():
+            write_json(kept, {"options": options, "settings": settings})
         record = json.loads((out / f"{FOLD}.json").read_text())
         seed = int(options[options.index("--seed") + 1]) if "--seed" in options else 0
         begin = time.perf_counter()
@@ -285,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out,
         {
             "experiment": "recipe_search",
+            "memories": args.memories,
             "fold": FOLD,
             "rule": (
                 "a variant replaces the reference only if its held-back Full "
