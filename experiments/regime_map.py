@@ -2,10 +2,11 @@
 beats scoring the top of the similarity order, by scorer quality and call cap.
 
 For each point on the measured quality axis (a build's recorded answers moved
-toward the evidence label or toward similarity with ``--mix``, or the evidence
-stand-in) and each call cap, it runs ``earm locomo --preset best
---side-information --budget-scale auto`` (every anchored policy held at the cap)
-and keeps one cell: each policy's Recall@10 and calls, the scorer's measured
+toward the evidence label or toward similarity with ``--mix``, the model alone
+or part-blended with similarity as ``blend:W``, or the evidence stand-in) and
+each call cap, it runs ``earm locomo --preset best --side-information
+--budget-scale auto`` (every anchored policy held at the cap) and keeps one
+cell: each policy's Recall@10 and calls, the scorer's measured
 quality (AUC, Full − Semantic, Full − Top-similarity), the winner among the
 policies that pay at most the cap, and ``best``'s and ``best_side``'s margin
 over Top-similarity with the paired 95% CI.

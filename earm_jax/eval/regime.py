@@ -44,9 +44,18 @@ def point_job_fields(point: str, scores: str = "") -> dict[str, Any]:
       ValueError: an unknown point, or a recorded point without ``scores``.
     """
     kind, _, value = point.partition(":")
-    if kind in ("model", "oracle", "similarity"):
+    if kind in ("model", "oracle", "similarity", "blend"):
         if not scores:
             raise ValueError(f"point {point!r} replays recorded answers: give scores")
+        if kind == "blend":
+            # The build's answers with the similarity blend at weight W: 0 is
+            # the model alone, 1 (the ``model`` point) the scorer it evaluated.
+            return {
+                "scorer": "recorded",
+                "scores": (scores,),
+                "mix": "",
+                "blend_weight": float(value),
+            }
         mix = "" if kind == "model" else f"{kind}:{float(value):g}"
         return {"scorer": "recorded", "scores": (scores,), "mix": mix}
     if kind == "noise":
@@ -54,7 +63,8 @@ def point_job_fields(point: str, scores: str = "") -> dict[str, Any]:
     if kind == "graded":
         return {"scorer": "evidence", "noises": (0.1,), "graded": float(value)}
     raise ValueError(
-        f"point must be model, oracle:W, similarity:W, noise:S or graded:G, got "
+        f"point must be model, blend:W, oracle:W, similarity:W, noise:S or "
+        f"graded:G, got "
         f"{point!r}"
     )
 

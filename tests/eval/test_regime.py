@@ -251,6 +251,9 @@ def test_map_points_name_their_scorer():
         "mix": "",
     }
     assert point_job_fields("oracle:0.30", "f.npz")["mix"] == "oracle:0.3"
+    alone = point_job_fields("blend:0", "f.npz")
+    assert (alone["mix"], alone["blend_weight"]) == ("", 0.0)
+    assert "blend_weight" not in point_job_fields("model", "f.npz")
     assert point_job_fields("noise:0.3") == {"scorer": "evidence", "noises": (0.3,)}
     assert point_job_fields("graded:0.5")["graded"] == 0.5
     with pytest.raises(ValueError, match="scores"):
