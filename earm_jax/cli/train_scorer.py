@@ -75,6 +75,14 @@ def train_scorer(
             "in [0, 1); it then decays linearly to 0."
         ),
     ] = 0.1,
+    residual_weight: Annotated[
+        float,
+        typer.Option(
+            help="Train on similarity's residual: the loss ranks logit + W x "
+            "the retriever's cosine (0: the logit alone); the blend fitted "
+            "afterwards weighs the cosine back in."
+        ),
+    ] = 0.0,
     max_length: Annotated[int, typer.Option(help="Tokens per pair.")] = 256,
     precision: Annotated[
         str,
@@ -152,6 +160,7 @@ def train_scorer(
                 max_steps=max_steps,
                 seed=seed,
                 layers=layers,
+                residual_weight=residual_weight,
             ),
             cache_dir=str(cache_dir) if cache_dir else None,
             score_cache=str(score_cache) if score_cache else None,

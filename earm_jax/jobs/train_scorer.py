@@ -249,10 +249,12 @@ def _settings_of(job: dict[str, Any] | None) -> Any:
     scoring = settings.get("scoring")
     if isinstance(scoring, dict) and "dtype" in scoring and "backend" not in scoring:
         scoring["backend"] = f"torch-{scoring.pop('dtype')}"
-    # A build started before layers could be cut kept all of them.
+    # A build started before layers could be cut kept all of them, and one
+    # started before residual training trained on the logit alone.
     training = settings.get("training")
     if isinstance(training, dict):
         training.setdefault("layers", 0)
+        training.setdefault("residual_weight", 0.0)
     # The same folder named relatively or absolutely is the same build.
     for name in ("data", "out"):
         if isinstance(settings.get(name), str):

@@ -118,15 +118,25 @@ def training_groups(
         if not positives:
             continue
         relevant = set(positives)
-        pool = [
-            int(row)
-            for row, valid in zip(arrays.candidates[t], arrays.valid[t], strict=True)
-            if valid and int(row) not in relevant
-        ]
+        cosine = {
+            int(row): float(value)
+            for row, value, valid in zip(
+                arrays.candidates[t], arrays.similarity[t], arrays.valid[t], strict=True
+            )
+            if valid
+        }
+        pool = [row for row in cosine if row not in relevant]
         hard = tuple(texts[row] for row in pool[:hard_pool])
         other = tuple(texts[row] for row in pool[hard_pool:])
+        negatives = tuple(cosine[row] for row in pool)
+        # The pool is the most similar memories, so one outside it is at most
+        # as similar as the pool's last: it gets that cosine.
+        floor = min(cosine.values(), default=0.0)
         for row in positives:
-            groups.append(TrainingGroup(question, texts[row], hard, other))
+            similarities = (cosine.get(row, floor), *negatives)
+            groups.append(
+                TrainingGroup(question, texts[row], hard, other, similarities)
+            )
     return groups
 
 

@@ -51,12 +51,29 @@ class TrainingGroup:
       hard_negatives: the most similar non-relevant candidates (most similar
         first).
       other_negatives: the rest of the pool's non-relevant candidates.
+      similarities: the retriever's cosine of each memory with the query, in
+        the order positive, hard negatives, other negatives (empty: not
+        known; needed only to train on similarity's residual).
     """
 
     query: str
     positive: str
     hard_negatives: tuple[str, ...]
     other_negatives: tuple[str, ...]
+    similarities: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        size = 1 + len(self.hard_negatives) + len(self.other_negatives)
+        if self.similarities and len(self.similarities) != size:
+            raise ValueError(
+                f"similarities must have one cosine per memory ({size}), got "
+                f"{len(self.similarities)}"
+            )
+
+    @property
+    def memories(self) -> tuple[str, ...]:
+        """Every memory of the group: positive, hard, then other negatives."""
+        return (self.positive, *self.hard_negatives, *self.other_negatives)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +111,10 @@ class TrainingSettings:
         (0: all of them). A pair's cost is nearly proportional to the layers:
         MiniLM cut to 2 of its 6 scores about 3x as fast, and ranks worse
         (docs/trained-scorer.md, "A smaller model", measures both).
+      residual_weight: w >= 0; the loss ranks ``logit + w * cosine`` instead
+        of the logit, so the network learns what the retriever's similarity
+        misses (0: the logit alone). The similarity blend fitted after
+        training puts the cosine back at whatever weight ranks best.
     """
 
     epochs: float = 2.0
@@ -111,6 +132,7 @@ class TrainingSettings:
     chunk_size: int = 16
     freeze_word_embeddings: bool = True
     layers: int = 0
+    residual_weight: float = 0.0
 
     def __post_init__(self) -> None:
         def positive_int(name: str) -> None:
@@ -148,6 +170,9 @@ class TrainingSettings:
         layers = self.layers
         if isinstance(layers, bool) or not isinstance(layers, int) or layers < 0:
             raise ValueError(f"layers must be an int >= 0, got {layers!r}")
+        weight = self.residual_weight
+        if not (math.isfinite(weight) and weight >= 0):
+            raise ValueError(f"residual_weight must be >= 0, got {weight!r}")
 
     def num_steps(self, num_groups: int) -> int:
         steps = max(1, math.ceil(self.epochs * num_groups / self.groups_per_step))
@@ -177,24 +202,31 @@ StepCallback = Callable[[int, int, float], Any]
 """``(step done, total steps, loss)``: called after every step."""
 
 
-def sample_group(
+def sample_group_indices(
     group: TrainingGroup, settings: TrainingSettings, rng: np.random.Generator
-) -> list[str]:
-    """The memories of one use of ``group``: the positive first, then negatives
-    drawn without replacement (hard ones from ``hard_negatives``, the rest
-    uniformly from ``other_negatives``; whichever side runs short is filled
-    from the other)."""
+) -> list[int]:
+    """Indices into ``group.memories`` of one use of ``group``: the positive
+    (0) first, then negatives drawn without replacement (hard ones from
+    ``hard_negatives``, the rest uniformly from ``other_negatives``; whichever
+    side runs short is filled from the other)."""
     wanted = settings.group_size - 1
     hard_count = min(settings.hard_negatives, len(group.hard_negatives))
     other_count = min(wanted - hard_count, len(group.other_negatives))
     hard_count = min(wanted - other_count, len(group.hard_negatives))
     hard = rng.choice(len(group.hard_negatives), hard_count, replace=False)
     other = rng.choice(len(group.other_negatives), other_count, replace=False)
+    first_other = 1 + len(group.hard_negatives)
     return (
-        [group.positive]
-        + [group.hard_negatives[i] for i in sorted(hard)]
-        + [group.other_negatives[i] for i in other]
+        [0] + [1 + int(i) for i in sorted(hard)] + [first_other + int(i) for i in other]
     )
+
+
+def sample_group(
+    group: TrainingGroup, settings: TrainingSettings, rng: np.random.Generator
+) -> list[str]:
+    """The memories of one use of ``group`` (:func:`sample_group_indices`)."""
+    memories = group.memories
+    return [memories[i] for i in sample_group_indices(group, settings, rng)]
 
 
 def native_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool:
@@ -325,6 +357,22 @@ def _chunked_logits(
     return logits[inverse]
 
 
+def listwise_loss(logits: Any, sizes: Sequence[int], offsets: Any = None) -> Any:
+    """Mean over groups of ``-log softmax(logits + offsets)[first]``: each group
+    (``sizes`` consecutive entries, its positive first) ranks its positive
+    above its negatives. ``offsets`` (e.g. ``w * cosine``) are added to the
+    logits and get no gradient: the network learns what they leave."""
+    import torch
+
+    ranked = logits if offsets is None else logits + offsets
+    loss = ranked.new_zeros(())
+    start = 0
+    for size in sizes:
+        loss = loss - torch.log_softmax(ranked[start : start + size], dim=0)[0]
+        start += size
+    return loss / len(sizes)
+
+
 def train_cross_encoder(
     tokenizer: Any,
     model: Any,
@@ -348,6 +396,11 @@ def train_cross_encoder(
 
     if not groups:
         raise ValueError("no training groups: no question has a relevant memory")
+    if settings.residual_weight and not all(g.similarities for g in groups):
+        raise ValueError(
+            "residual_weight needs every group's similarities (the cosines of "
+            "its memories)"
+        )
     if settings.num_threads is not None:
         torch.set_num_threads(settings.num_threads)
     torch.manual_seed(settings.seed)
@@ -372,11 +425,15 @@ def train_cross_encoder(
     start = time.perf_counter()
     for step in range(steps):
         batch_groups = []
+        offsets = []
         for _ in range(settings.groups_per_step):
             if not order:
                 order = list(rng.permutation(len(groups)))
             group = groups[order.pop()]
-            batch_groups.append((group.query, sample_group(group, settings, rng)))
+            chosen = sample_group_indices(group, settings, rng)
+            batch_groups.append((group.query, [group.memories[i] for i in chosen]))
+            if settings.residual_weight:
+                offsets.extend(group.similarities[i] for i in chosen)
         queries = [query for query, memories in batch_groups for _ in memories]
         memories = [
             memory for _, group_memories in batch_groups for memory in group_memories
@@ -391,13 +448,13 @@ def train_cross_encoder(
         )
         with _autocast(settings.precision):
             logits = model(**features).logits.squeeze(-1).float()
-        loss = logits.new_zeros(())
-        offset = 0
-        for _, group_memories in batch_groups:
-            size = len(group_memories)
-            loss = loss - torch.log_softmax(logits[offset : offset + size], dim=0)[0]
-            offset += size
-        loss = loss / len(batch_groups)
+        loss = listwise_loss(
+            logits,
+            [len(group_memories) for _, group_memories in batch_groups],
+            settings.residual_weight * torch.tensor(offsets, dtype=logits.dtype)
+            if settings.residual_weight
+            else None,
+        )
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -580,9 +637,11 @@ __all__ = [
     "fit_logistic",
     "fit_platt",
     "keep_layers",
+    "listwise_loss",
     "load_base_model",
     "model_logits",
     "sample_group",
+    "sample_group_indices",
     "save_model",
     "train_cross_encoder",
 ]

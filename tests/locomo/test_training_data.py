@@ -55,6 +55,19 @@ def test_groups_hold_the_evidence_and_pool_negatives(stream):
             assert list(group.hard_negatives) == negatives[:5]  # most similar first
             assert list(group.other_negatives) == negatives[5:]
             assert group.positive not in group.hard_negatives + group.other_negatives
+            # Each memory's cosine rides with it (for residual training).
+            cosine = dict(
+                zip(
+                    stream.arrays.candidates[t].tolist(),
+                    stream.arrays.similarity[t].tolist(),
+                    strict=True,
+                )
+            )
+            others = [r for r in pool if r not in rows]
+            floor = min(cosine[r] for r in pool)
+            assert group.similarities == pytest.approx(
+                [cosine.get(row, floor)] + [cosine[r] for r in others]
+            )
 
 
 @EMBEDS_A_CONVERSATION

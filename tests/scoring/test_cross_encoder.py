@@ -18,7 +18,10 @@ from earm_jax.scoring.cross_encoder_training import (
     TrainingGroup,
     TrainingSettings,
     fit_platt,
+    listwise_loss,
     sample_group,
+    sample_group_indices,
+    train_cross_encoder,
 )
 from earm_jax.scoring.scorer_manifest import open_scorer_folder
 
@@ -155,6 +158,60 @@ def test_a_group_is_the_positive_then_distinct_negatives():
     assert sample_group(short, settings, rng) == ["pos", "h", "o"]
 
 
+def test_group_indices_name_the_sampled_memories():
+    """The indices a step samples are the memories it trains on, so each
+    memory's cosine travels with it."""
+    group = TrainingGroup(
+        "q",
+        "pos",
+        tuple(f"hard{i}" for i in range(6)),
+        tuple(f"o{i}" for i in range(30)),
+        tuple(float(i) for i in range(37)),
+    )
+    settings = TrainingSettings(group_size=8, hard_negatives=3)
+    for seed in range(5):
+        chosen = sample_group_indices(group, settings, np.random.default_rng(seed))
+        texts = sample_group(group, settings, np.random.default_rng(seed))
+        assert [group.memories[i] for i in chosen] == texts
+        assert [group.similarities[i] for i in chosen] == [float(i) for i in chosen]
+        assert chosen[0] == 0 and all(1 <= i <= 6 for i in chosen[1:4])
+    with pytest.raises(ValueError, match="similarities"):
+        TrainingGroup("q", "pos", ("h",), ("o",), (0.5,))
+
+
+def test_the_residual_loss_ranks_logit_plus_weighted_cosine():
+    """Against a float64 NumPy reference: each group's -log softmax of
+    logit + w * cosine at its positive, averaged; the offsets carry no
+    gradient."""
+    import torch
+
+    rng = np.random.default_rng(0)
+    sizes = [4, 6, 3]
+    logits = rng.normal(size=sum(sizes))
+    cosines = rng.uniform(0.0, 1.0, sum(sizes))
+    for weight in (0.0, 8.0):
+        ranked = logits + weight * cosines
+        expected, start = 0.0, 0
+        for size in sizes:
+            part = ranked[start : start + size]
+            expected -= part[0] - np.log(np.exp(part).sum())
+            start += size
+        expected /= len(sizes)
+        given = torch.tensor(logits, requires_grad=True)
+        loss = listwise_loss(
+            given, sizes, weight * torch.tensor(cosines) if weight else None
+        )
+        assert float(loss.detach()) == pytest.approx(expected, rel=1e-12)
+        loss.backward()
+        assert given.grad is not None and np.isfinite(given.grad.numpy()).all()
+
+
+def test_residual_training_refuses_groups_without_cosines():
+    group = TrainingGroup("q", "pos", ("h",), ("o",))
+    with pytest.raises(ValueError, match="residual_weight"):
+        train_cross_encoder(None, None, [group], TrainingSettings(residual_weight=4.0))
+
+
 def test_training_settings_name_the_field():
     for field, value in [
         ("group_size", 1),
@@ -165,6 +222,8 @@ def test_training_settings_name_the_field():
         ("max_steps", -1),
         ("layers", -1),
         ("layers", 2.0),
+        ("residual_weight", -1.0),
+        ("residual_weight", float("nan")),
     ]:
         with pytest.raises(ValueError, match=field):
             TrainingSettings(**{field: value})
