@@ -83,6 +83,14 @@ def train_scorer(
             "afterwards weighs the cosine back in."
         ),
     ] = 0.0,
+    word_coverage: Annotated[
+        bool,
+        typer.Option(
+            help="The similarity blend also weighs how much of the question's "
+            "rarer words the memory repeats (stemmed, weighted by wordfreq's "
+            "English frequencies)."
+        ),
+    ] = True,
     max_length: Annotated[int, typer.Option(help="Tokens per pair.")] = 256,
     precision: Annotated[
         str,
@@ -148,6 +156,7 @@ def train_scorer(
             folds=folds,
             base_model=str(base_model) if base_model else None,
             hard_pool=hard_pool,
+            word_coverage=word_coverage,
             scoring=CrossEncoderSettings(backend=backend, max_length=max_length),  # type: ignore[arg-type]
             training=TrainingSettings(
                 epochs=epochs,

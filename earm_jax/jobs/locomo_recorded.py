@@ -30,6 +30,8 @@ from earm_jax.scoring.recorded_answers import (
     blended_answers,
 )
 from earm_jax.scoring.replay import ReplayScorer
+from earm_jax.scoring.similarity_blend import SimilarityBlend
+from earm_jax.scoring.word_coverage import pool_word_coverage
 
 MIX_TARGETS = ("oracle", "similarity")
 
@@ -121,6 +123,22 @@ def similarity_percentile(similarity: np.ndarray, valid: np.ndarray) -> np.ndarr
     return np.where(valid, scaled, 0.0)
 
 
+def blend_coverage(
+    stream: LocomoStream, blend: SimilarityBlend | None
+) -> np.ndarray | None:
+    """The pools' word coverage when ``blend`` weighs it, else ``None`` (it is
+    not computed for a blend that would ignore it)."""
+    if blend is None or not blend.uses_coverage:
+        return None
+    arrays = stream.arrays
+    return pool_word_coverage(
+        stream.meta.query_texts,
+        stream.meta.memory_texts,
+        arrays.candidates,
+        arrays.valid,
+    )
+
+
 def recorded_stream(
     stream: LocomoStream,
     answers: RecordedAnswers,
@@ -132,11 +150,13 @@ def recorded_stream(
     and the failed pairs by reason."""
     model, failures = scorer_scores(stream, replay)
     arrays = stream.arrays
+    blend = answers.blend_of(stream.meta.sample_id)
     values = blended_answers(
         answer_logits(model),
         arrays.similarity,
-        answers.blend_of(stream.meta.sample_id),
+        blend,
         blend_weight,
+        blend_coverage(stream, blend) if blend_weight > 0.0 else None,
     )
     if mix.target == "oracle":
         values = (1.0 - mix.weight) * values + mix.weight * arrays.relevant
@@ -228,6 +248,7 @@ def recorded_summary(recorded: Mapping[str, RecordedAnswers]) -> dict[str, Any]:
 
 __all__ = [
     "replayed_streams",
+    "blend_coverage",
     "MIX_TARGETS",
     "Mix",
     "check_recorded",

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from earm_jax.jobs.locomo import select_conversations
+from earm_jax.jobs.locomo_recorded import blend_coverage
 from earm_jax.locomo.data import load_locomo
 from earm_jax.locomo.evaluate import scorer_scores
 from earm_jax.locomo.streams import build_streams
@@ -170,16 +171,17 @@ def record_answers(job: RecordJob) -> tuple[RecordedAnswers, dict[str, int]]:
             answers, failures = scorer_scores(stream, replay)
             missing[conversation.sample_id] = sum(failures.values())
             arrays = stream.arrays
+            coverage = blend_coverage(stream, blend)
             logits = (
                 answer_logits(answers)
                 if blend is None
-                else unblend(answers, arrays.similarity, blend)
+                else unblend(answers, arrays.similarity, blend, coverage)
             )
             logits = np.where(arrays.valid, logits, np.nan)
             # The profile is of the answers as the scorer gives them (the
             # blend at full weight), from the float16 values the file keeps.
             kept = logits.astype(np.float16).astype(np.float64)
-            given = blended_answers(kept, arrays.similarity, blend, 1.0)
+            given = blended_answers(kept, arrays.similarity, blend, 1.0, coverage)
             answered.append(
                 (
                     conversation.sample_id,

@@ -78,6 +78,7 @@ from earm_jax.scoring.scorer_manifest import (
     model_scorer,
 )
 from earm_jax.scoring.similarity_blend import SimilarityBlend, write_blend
+from earm_jax.scoring.word_coverage import word_coverage
 
 CROSS_FITTED = "cross-fitted pools, each scored by a model that never saw it"
 HELD_BACK = "held-back questions of the training conversations"
@@ -109,6 +110,8 @@ class TrainScorerJob:
       similarity_blend: also fit the blend of the calibrated answer with the
         pool's cosine similarity on the held-back questions
         (:mod:`earm_jax.scoring.similarity_blend`); the fold's scorer uses it.
+      word_coverage: the blend also weighs how much of the question's rarer
+        words the memory repeats (:mod:`earm_jax.scoring.word_coverage`).
       scoring: how held-out pools are scored (backend, batch); by default
         with :data:`~earm_jax.scoring.cross_encoder.BUILD_BACKEND`.
       training: the fine-tuning settings.
@@ -135,6 +138,7 @@ class TrainScorerJob:
     hard_pool: int = 20
     validation_fraction: float = 0.1
     similarity_blend: bool = True
+    word_coverage: bool = True
     scoring: CrossEncoderSettings = CrossEncoderSettings(backend=BUILD_BACKEND)
     training: TrainingSettings = TrainingSettings()
     cache_dir: str | None = None
@@ -255,6 +259,8 @@ def _settings_of(job: dict[str, Any] | None) -> Any:
     if isinstance(training, dict):
         training.setdefault("layers", 0)
         training.setdefault("residual_weight", 0.0)
+    # One started before the blend weighed word coverage fitted it without.
+    settings.setdefault("word_coverage", False)
     # The same folder named relatively or absolutely is the same build.
     for name in ("data", "out"):
         if isinstance(settings.get(name), str):
@@ -342,7 +348,7 @@ def _train_fold(
             progress.step(f"step {done}/{total}, loss {loss:.3f}", done=done)
 
     report = train_cross_encoder(tokenizer, model, groups, job.training, on_step)
-    logits, labels, cosines = [], [], []
+    logits, labels, cosines, coverage = [], [], [], []
     for setting in job.settings:
         for sample in training_ids:
             stream = data.stream(setting, sample)
@@ -350,6 +356,10 @@ def _train_fold(
             cosines.append(
                 np.array([stream.arrays.similarity[t, p] for t, p in pairs.positions])
             )
+            if job.word_coverage:
+                coverage.append(
+                    np.array([word_coverage(q, [m])[0] for q, m in pairs.pairs])
+                )
             logits.append(
                 model_logits(
                     tokenizer,
@@ -374,16 +384,17 @@ def _train_fold(
     blend = None
     if job.similarity_blend and calibration is not None:
         calibrated = calibration.scale * np.concatenate(logits) + calibration.shift
-        weights = fit_logistic(
-            np.stack([calibrated, np.concatenate(cosines)], axis=1),
-            np.concatenate(labels),
-        )
+        inputs = [calibrated, np.concatenate(cosines)]
+        if job.word_coverage:
+            inputs.append(np.concatenate(coverage))
+        weights = fit_logistic(np.stack(inputs, axis=1), np.concatenate(labels))
         blend = SimilarityBlend(
             logit_weight=float(weights[0]),
             similarity_weight=float(weights[1]),
-            shift=float(weights[2]),
+            shift=float(weights[-1]),
             embedding_model=embedding_model,
             pairs=int(calibrated.size),
+            coverage_weight=float(weights[2]) if job.word_coverage else 0.0,
         )
         write_blend(folder, blend)
     entry = {

@@ -54,14 +54,17 @@ def digest_hex(rows: np.ndarray) -> list[str]:
 
 
 def unblend(
-    blended: np.ndarray, cosines: np.ndarray, blend: SimilarityBlend
+    blended: np.ndarray,
+    cosines: np.ndarray,
+    blend: SimilarityBlend,
+    coverage: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The model's own logit from a blended answer and the pair's cosine (the
-    inverse of :meth:`SimilarityBlend.combine` up to its clipping)."""
+    """The model's own logit from a blended answer, the pair's cosine and (for
+    a blend that weighs it) its word coverage: the inverse of
+    :meth:`SimilarityBlend.combine` up to its clipping."""
     z = answer_logits(blended)
-    return (
-        z - blend.similarity_weight * np.asarray(cosines, np.float64) - blend.shift
-    ) / blend.logit_weight
+    rest = blend.combine_logits(np.zeros_like(z), cosines, coverage)
+    return (z - rest) / blend.logit_weight
 
 
 def blended_answers(
@@ -69,19 +72,18 @@ def blended_answers(
     cosines: np.ndarray,
     blend: SimilarityBlend | None,
     weight: float = 1.0,
+    coverage: np.ndarray | None = None,
 ) -> np.ndarray:
     r"""Answers in (0, 1) at blend ``weight``: :math:`\sigma((1-w)\,\ell + w\,
-    (\alpha \ell + \beta \cos + \gamma))` for the model's logit :math:`\ell`;
-    ``weight=0`` (or no blend) is the model alone, ``1`` the fitted blend."""
+    z)` for the model's logit :math:`\ell` and the blend's logit :math:`z`
+    (:meth:`SimilarityBlend.combine_logits`; ``coverage`` is the pairs' word
+    coverage, needed when the blend weighs it); ``weight=0`` (or no blend) is
+    the model alone, ``1`` the fitted blend."""
     if not 0.0 <= weight <= 1.0:
         raise ValueError(f"blend weight must be in [0, 1], got {weight!r}")
     ell = np.asarray(logits, np.float64)
     if blend is not None and weight > 0.0:
-        z = (
-            blend.logit_weight * ell
-            + blend.similarity_weight * np.asarray(cosines, np.float64)
-            + blend.shift
-        )
+        z = blend.combine_logits(ell, cosines, coverage)
         ell = (1.0 - weight) * ell + weight * z
     return 1.0 / (1.0 + np.exp(-ell))
 

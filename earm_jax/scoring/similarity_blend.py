@@ -8,15 +8,17 @@ fitted on pools the cross-encoder did not train on:
 .. math::
 
    p = \sigma\bigl(\alpha\,\operatorname{logit}(p_{\mathrm{ce}})
-       + \beta \cos(e_q, e_m) + \gamma\bigr),
+       + \beta \cos(e_q, e_m) + \delta \operatorname{cov}(q, m) + \gamma\bigr),
 
-where :math:`p_{\mathrm{ce}}` is the cross-encoder's calibrated answer and
+where :math:`p_{\mathrm{ce}}` is the cross-encoder's calibrated answer,
 :math:`\cos(e_q, e_m)` the cosine of the two texts' sentence embeddings (the
-same model the retriever's pool comes from). ``earm train-scorer`` fits
-:math:`(\alpha, \beta, \gamma)` on its held-back questions and writes them
-next to the model (``similarity_blend.json``); :class:`BlendedScorer` applies
-them to any scorer of that model, in process or behind vLLM, so both give the
-same scores.
+same model the retriever's pool comes from) and :math:`\operatorname{cov}(q,
+m)` how much of the question's rarer words the memory repeats
+(:mod:`earm_jax.scoring.word_coverage`; a blend fitted without it has
+:math:`\delta = 0`). ``earm train-scorer`` fits :math:`(\alpha, \beta,
+\delta, \gamma)` on its held-back questions and writes them next to the model
+(``similarity_blend.json``); :class:`BlendedScorer` applies them to any scorer
+of that model, in process or behind vLLM, so both give the same scores.
 """
 
 from __future__ import annotations
@@ -32,9 +34,13 @@ from typing import Any
 import numpy as np
 
 from .base import PairScore, Scorer, ScorerIdentity
+from .word_coverage import word_coverage
 
 BLEND_FILE = "similarity_blend.json"
 BLEND_FORMAT = "earm-similarity-blend-v1"
+# A blend that weighs word coverage is written as v2, so a reader that does
+# not know the coverage term refuses it instead of dropping it.
+BLEND_FORMAT_COVERAGE = "earm-similarity-blend-v2"
 _EDGE = 1e-7  # answers are clipped to [1e-7, 1 - 1e-7] before the logit
 
 
@@ -53,6 +59,7 @@ class SimilarityBlend:
       logit_weight: :math:`\\alpha`.
       similarity_weight: :math:`\\beta`.
       shift: :math:`\\gamma`.
+      coverage_weight: :math:`\\delta` (0: fitted without word coverage).
       embedding_model: identity of the sentence encoder whose cosine it was
         fitted on (another model's cosines mean something else).
       pairs: pairs it was fitted on.
@@ -63,37 +70,75 @@ class SimilarityBlend:
     shift: float
     embedding_model: str
     pairs: int = 0
+    coverage_weight: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("logit_weight", "similarity_weight", "shift"):
+        for name in ("logit_weight", "similarity_weight", "shift", "coverage_weight"):
             value = getattr(self, name)
             if isinstance(value, bool) or not math.isfinite(float(value)):
                 raise ValueError(f"{name} must be a finite number, got {value!r}")
         if not isinstance(self.embedding_model, str) or not self.embedding_model:
             raise ValueError("embedding_model must name the sentence encoder")
 
-    def combine(self, answers: np.ndarray, cosines: np.ndarray) -> np.ndarray:
-        """Blended probabilities of answers in [0, 1] and cosines."""
-        logit = answer_logits(answers)
+    @property
+    def uses_coverage(self) -> bool:
+        """Whether the blend needs the pairs' word coverage."""
+        return self.coverage_weight != 0.0
+
+    def combine_logits(
+        self,
+        logits: np.ndarray,
+        cosines: np.ndarray,
+        coverage: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """The blend's logit of the model's own logits, cosines and (when
+        :attr:`uses_coverage`) word coverage.
+
+        Raises:
+          ValueError: the blend uses word coverage and ``coverage`` is None.
+        """
         z = (
-            self.logit_weight * logit
+            self.logit_weight * np.asarray(logits, np.float64)
             + self.similarity_weight * np.asarray(cosines, np.float64)
             + self.shift
         )
+        if self.uses_coverage:
+            if coverage is None:
+                raise ValueError(
+                    "coverage is required: this blend weighs the pairs' word "
+                    "coverage (earm_jax.scoring.word_coverage)"
+                )
+            z = z + self.coverage_weight * np.asarray(coverage, np.float64)
+        return z
+
+    def combine(
+        self,
+        answers: np.ndarray,
+        cosines: np.ndarray,
+        coverage: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Blended probabilities of answers in [0, 1], cosines and (when
+        :attr:`uses_coverage`) word coverage."""
+        z = self.combine_logits(answer_logits(answers), cosines, coverage)
         return 1.0 / (1.0 + np.exp(-z))
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": BLEND_FORMAT, **dataclasses.asdict(self)}
+        fields = dataclasses.asdict(self)
+        if not self.uses_coverage:
+            del fields["coverage_weight"]
+            return {"format": BLEND_FORMAT, **fields}
+        return {"format": BLEND_FORMAT_COVERAGE, **fields}
 
     @staticmethod
     def from_json(data: Any) -> SimilarityBlend:
         """Reads :meth:`to_json`'s dict; ``ValueError`` naming a bad field."""
-        if not isinstance(data, dict) or data.get("format") != BLEND_FORMAT:
+        formats = (BLEND_FORMAT, BLEND_FORMAT_COVERAGE)
+        if not isinstance(data, dict) or data.get("format") not in formats:
             raise ValueError(
-                f"not a similarity blend (format must be {BLEND_FORMAT!r})"
+                f"not a similarity blend (format must be one of {formats})"
             )
         fields = {f.name for f in dataclasses.fields(SimilarityBlend)}
-        missing = fields - set(data) - {"pairs"}
+        missing = fields - set(data) - {"pairs", "coverage_weight"}
         if missing:
             raise ValueError(f"similarity blend lacks {sorted(missing)}")
         return SimilarityBlend(**{k: v for k, v in data.items() if k in fields})
@@ -115,6 +160,17 @@ def write_blend(folder: str | os.PathLike[str], blend: SimilarityBlend) -> Path:
     path = Path(folder) / BLEND_FILE
     path.write_text(json.dumps(blend.to_json(), indent=2) + "\n", encoding="utf-8")
     return path
+
+
+def _blend_setting(blend: SimilarityBlend) -> str:
+    """The blend's weights as the scorer identity names them (a blend without
+    word coverage keeps the three-number form its cached answers carry)."""
+    weights = (
+        f"{blend.logit_weight:.9g},{blend.similarity_weight:.9g},{blend.shift:.9g}"
+    )
+    if blend.uses_coverage:
+        weights += f",coverage={blend.coverage_weight:.9g}"
+    return weights
 
 
 class BlendedScorer:
@@ -149,11 +205,7 @@ class BlendedScorer:
                 sorted(
                     (
                         *base.settings,
-                        (
-                            "blend",
-                            f"{blend.logit_weight:.9g},{blend.similarity_weight:.9g},"
-                            f"{blend.shift:.9g}",
-                        ),
+                        ("blend", _blend_setting(blend)),
                         ("embedding_model", embedder.identity),
                     )
                 )
@@ -193,7 +245,10 @@ class BlendedScorer:
                 continue
             cosines = np.array([float(vectors[query] @ vectors[m]) for m in memories])
             values = np.array([s.value if s.ok else 0.5 for s in row], np.float64)
-            blended = self.blend.combine(values, cosines)
+            coverage = (
+                word_coverage(query, memories) if self.blend.uses_coverage else None
+            )
+            blended = self.blend.combine(values, cosines, coverage)
             out.append(
                 [
                     PairScore.success(float(b)) if s.ok else s

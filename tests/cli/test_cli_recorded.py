@@ -137,6 +137,7 @@ def test_replayed_answers_are_the_cross_encoders_own(
     embedder = Embedder(cache_dir=str(embedding_cache_dir))
     chosen = [c for c in conversations if c.sample_id in ("26", "30")]
     from earm_jax.jobs.locomo import select_conversations
+    from earm_jax.jobs.locomo_recorded import blend_coverage
 
     chosen = select_conversations(chosen, (), 4)
     streams = build_streams(chosen, embedder, setting="turns", pool_size=200)
@@ -151,10 +152,13 @@ def test_replayed_answers_are_the_cross_encoders_own(
             scorer.close()
             model, failures = scorer_scores(stream, replay)
             assert not failures
+            blend = recorded.blend_of(conversation.sample_id)
+            assert blend is not None and blend.uses_coverage
             again = blended_answers(
                 np.log(model) - np.log1p(-model),
                 stream.arrays.similarity,
-                recorded.blend_of(conversation.sample_id),
+                blend,
+                coverage=blend_coverage(stream, blend),
             )
             valid = stream.arrays.valid
             assert np.isfinite(paid[valid]).all()

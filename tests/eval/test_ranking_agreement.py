@@ -76,8 +76,25 @@ def test_ranked_probability_is_the_sigmoid_or_the_blend():
     np.testing.assert_allclose(
         ranked_probability(logits, pool, None), 1 / (1 + np.exp(-logits))
     )
-    blend = types.SimpleNamespace(combine=lambda p, cos: p * 0 + cos)
-    np.testing.assert_allclose(ranked_probability(logits, pool, blend), [0.1, 0.5, 0.9])
+    from earm_jax.scoring.similarity_blend import SimilarityBlend
+    from earm_jax.scoring.word_coverage import word_coverage
+
+    plain = SimilarityBlend(0.5, 4.0, -1.0, "m")
+    z = 0.5 * logits + 4.0 * pool["similarity"] - 1.0
+    np.testing.assert_allclose(
+        ranked_probability(logits, pool, plain), 1 / (1 + np.exp(-z)), rtol=1e-9
+    )
+    # A blend that weighs word coverage reads it from the pool's texts.
+    pool = {
+        **pool,
+        "query": "Where did Caroline hike?",
+        "memories": ["Caroline hiked a trail.", "A lake.", "Where?"],
+    }
+    covered = SimilarityBlend(0.5, 4.0, -1.0, "m", coverage_weight=3.0)
+    z = z + 3.0 * word_coverage(pool["query"], pool["memories"])
+    np.testing.assert_allclose(
+        ranked_probability(logits, pool, covered), 1 / (1 + np.exp(-z)), rtol=1e-9
+    )
 
 
 def test_labelled_pools_skip_unlabelled_questions_and_padding():

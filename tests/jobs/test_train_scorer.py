@@ -155,6 +155,46 @@ def test_a_build_started_before_layers_could_be_cut_resumes(tmp_path, locomo_pat
         cut.validate()
 
 
+def test_a_build_started_before_word_coverage_resumes_without_it(tmp_path, locomo_path):
+    """Its manifest has no ``word_coverage``: its blends were fitted without,
+    so it resumes as such and refuses to resume with coverage."""
+    job = TrainScorerJob(
+        data=str(locomo_path), out=str(tmp_path / "o"), resume=True, word_coverage=False
+    )
+    recorded = json.loads(json.dumps(job.to_json()))
+    del recorded["word_coverage"]
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "manifest.json").write_text(
+        json.dumps({"complete": False, "job": recorded})
+    )
+    job.validate()
+    with pytest.raises(ValueError, match="other settings.*word_coverage"):
+        dataclasses.replace(job, word_coverage=True).validate()
+
+
+def test_without_word_coverage_the_build_fits_the_blend_before(
+    locomo_path, embedding_cache_dir, tmp_path
+):
+    """``word_coverage=False`` fits the three-number blend (written as v1), and
+    the fold's scorer needs no coverage."""
+    from earm_jax.jobs.progress import Progress
+    from earm_jax.jobs.train_scorer import run_train_scorer
+    from earm_jax.scoring.similarity_blend import BLEND_FILE, load_blend
+
+    job = dataclasses.replace(
+        _two_fold_job(locomo_path, embedding_cache_dir, tmp_path),
+        folds=1,
+        word_coverage=False,
+    )
+    run_train_scorer(job, Progress(enabled=False))
+    folder = tmp_path / "scorer" / "fold-0"
+    blend = load_blend(folder)
+    assert blend is not None and not blend.uses_coverage
+    written = json.loads((folder / BLEND_FILE).read_text())
+    assert written["format"] == "earm-similarity-blend-v1"
+    assert "coverage_weight" not in written
+
+
 def _two_fold_job(locomo_path, embedding_cache_dir, tmp_path) -> TrainScorerJob:
     """Two one-step folds on a slice of 26 and 30, written to ``tmp_path/scorer``,
     with 40-candidate pools (the tests stop and resume builds; scoring 200

@@ -267,14 +267,19 @@ def test_the_fold_blends_its_answer_with_the_cosine(
     trained_scorer, embedding_cache_dir
 ):
     """The blend fitted on the held-back questions, applied to the model's
-    calibrated answer and the texts' cosine: sigmoid(a logit(p) + b cos + c)."""
+    calibrated answer, the texts' cosine and the question's word coverage:
+    sigmoid(a logit(p) + b cos + d cov + c)."""
     from earm_jax.scoring.scorer_manifest import model_scorer
     from earm_jax.scoring.similarity_blend import BlendedScorer, load_blend
+    from earm_jax.scoring.word_coverage import word_coverage
     from earm_jax.store.embeddings import Embedder
 
     folder, _, manifest = trained_scorer
     blend = load_blend(folder / "fold-0")
     assert blend is not None and manifest["folds"][0]["similarity_blend"]["pairs"] > 0
+    # The default build weighs word coverage (a fitted weight is never exactly 0).
+    assert blend.uses_coverage
+    assert manifest["folds"][0]["similarity_blend"]["coverage_weight"] != 0.0
     embedder = Embedder(cache_dir=embedding_cache_dir)
     scorer = model_scorer(folder / "fold-0", None, embedder)
     assert isinstance(scorer, BlendedScorer)
@@ -290,6 +295,7 @@ def test_the_fold_blends_its_answer_with_the_cosine(
             -(
                 blend.logit_weight * np.log(p / (1 - p))
                 + blend.similarity_weight * cosines
+                + blend.coverage_weight * word_coverage(QUERY, MEMORIES)
                 + blend.shift
             )
         )
