@@ -23,8 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from earm_jax.scoring.word_coverage import word_coverage
-
 TOP = 10
 """The cut-off a query returns, and the one agreement is judged at."""
 MIN_OVERLAP = 9.5
@@ -67,10 +65,11 @@ def ranked_probability(
     probabilities = 1.0 / (1.0 + np.exp(-np.asarray(logits, np.float64)))
     if blend is None:
         return probabilities
-    coverage = (
-        word_coverage(pool["query"], pool["memories"]) if blend.uses_coverage else None
+    return np.asarray(
+        blend.combine_texts(
+            probabilities, pool["similarity"], pool["query"], pool["memories"]
+        )
     )
-    return np.asarray(blend.combine(probabilities, pool["similarity"], coverage))
 
 
 def top(scores: np.ndarray, k: int = TOP) -> set[int]:

@@ -122,6 +122,18 @@ class SimilarityBlend:
         z = self.combine_logits(answer_logits(answers), cosines, coverage)
         return 1.0 / (1.0 + np.exp(-z))
 
+    def combine_texts(
+        self,
+        answers: np.ndarray,
+        cosines: np.ndarray,
+        query: str,
+        memories: Sequence[str],
+    ) -> np.ndarray:
+        """:meth:`combine` of one query's answers on ``memories``, the word
+        coverage read from the texts when the blend weighs it."""
+        coverage = word_coverage(query, memories) if self.uses_coverage else None
+        return self.combine(answers, cosines, coverage)
+
     def to_json(self) -> dict[str, Any]:
         fields = dataclasses.asdict(self)
         if not self.uses_coverage:
@@ -245,10 +257,7 @@ class BlendedScorer:
                 continue
             cosines = np.array([float(vectors[query] @ vectors[m]) for m in memories])
             values = np.array([s.value if s.ok else 0.5 for s in row], np.float64)
-            coverage = (
-                word_coverage(query, memories) if self.blend.uses_coverage else None
-            )
-            blended = self.blend.combine(values, cosines, coverage)
+            blended = self.blend.combine_texts(values, cosines, query, memories)
             out.append(
                 [
                     PairScore.success(float(b)) if s.ok else s

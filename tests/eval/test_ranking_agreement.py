@@ -72,7 +72,11 @@ def test_the_rule_needs_both_the_overlap_and_the_recall():
 
 def test_ranked_probability_is_the_sigmoid_or_the_blend():
     logits = np.array([-2.0, 0.0, 3.0])
-    pool = {"similarity": np.array([0.1, 0.5, 0.9])}
+    pool = {
+        "similarity": np.array([0.1, 0.5, 0.9]),
+        "query": "Where did Caroline hike?",
+        "memories": ["Caroline hiked a trail.", "A lake.", "Where?"],
+    }
     np.testing.assert_allclose(
         ranked_probability(logits, pool, None), 1 / (1 + np.exp(-logits))
     )
@@ -85,11 +89,6 @@ def test_ranked_probability_is_the_sigmoid_or_the_blend():
         ranked_probability(logits, pool, plain), 1 / (1 + np.exp(-z)), rtol=1e-9
     )
     # A blend that weighs word coverage reads it from the pool's texts.
-    pool = {
-        **pool,
-        "query": "Where did Caroline hike?",
-        "memories": ["Caroline hiked a trail.", "A lake.", "Where?"],
-    }
     covered = SimilarityBlend(0.5, 4.0, -1.0, "m", coverage_weight=3.0)
     z = z + 3.0 * word_coverage(pool["query"], pool["memories"])
     np.testing.assert_allclose(
