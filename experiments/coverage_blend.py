@@ -186,11 +186,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     folds: dict[str, Any] = {}
     weights: dict[str, dict[str, np.ndarray]] = {}
+    held_back: dict[str, dict[str, np.ndarray]] = {}
     for entry in manifest["folds"]:
         name = entry["name"]
         if recorded.scorer["models"].get(name) is None:
             parser.error(f"{args.scores} holds no answers of {name}")
         pairs = held_back_pairs(build / entry["folder"], entry, streams, job)
+        held_back[name] = pairs
         weights[name] = fitted(pairs)
         folds[name] = {
             "held_back_pairs": int(pairs["label"].size),
@@ -259,21 +261,17 @@ def main(argv: list[str] | None = None) -> int:
         gain = row.get("minus_semantic", {}).get("estimate", 0.0)
         print(f"{row['ranking']:24s} Recall@10 {row['recall']:.3f} ({gain:+.3f})")
     if args.write:
-        blends = {}
-        for name, blend in recorded.blends.items():
-            w = weights[name]["model_cosine_coverage"]
-            blends[name] = SimilarityBlend(
-                logit_weight=float(w[0]),
-                similarity_weight=float(w[1]),
-                coverage_weight=float(w[2]),
-                shift=float(w[3]),
-                embedding_model=(
-                    blend.embedding_model
-                    if blend is not None
-                    else recorded.scorer["embedding_model"]
-                ),
-                pairs=folds[name]["held_back_pairs"],
+        # The build's own fit, as `earm train-scorer` makes it now.
+        blends = {
+            name: SimilarityBlend.fit(
+                pairs["logit"],
+                pairs["cosine"],
+                pairs["label"],
+                recorded.scorer["embedding_model"],
+                pairs["coverage"],
             )
+            for name, pairs in held_back.items()
+        }
         with tempfile.TemporaryDirectory() as scratch:
             staged = Path(scratch) / "staged-scores.npz"
             refitted = {

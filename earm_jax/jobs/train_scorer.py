@@ -64,7 +64,6 @@ from earm_jax.scoring.cross_encoder_training import (
     TrainingSettings,
     apply_calibration,
     base_model_layers,
-    fit_logistic,
     fit_platt,
     load_base_model,
     model_logits,
@@ -383,18 +382,12 @@ def _train_fold(
     folder = save_model(tokenizer, model, Path(job.out) / name, job.training.max_length)
     blend = None
     if job.similarity_blend and calibration is not None:
-        calibrated = calibration.scale * np.concatenate(logits) + calibration.shift
-        inputs = [calibrated, np.concatenate(cosines)]
-        if job.word_coverage:
-            inputs.append(np.concatenate(coverage))
-        weights = fit_logistic(np.stack(inputs, axis=1), np.concatenate(labels))
-        blend = SimilarityBlend(
-            logit_weight=float(weights[0]),
-            similarity_weight=float(weights[1]),
-            shift=float(weights[-1]),
-            embedding_model=embedding_model,
-            pairs=int(calibrated.size),
-            coverage_weight=float(weights[2]) if job.word_coverage else 0.0,
+        blend = SimilarityBlend.fit(
+            calibration.scale * np.concatenate(logits) + calibration.shift,
+            np.concatenate(cosines),
+            np.concatenate(labels),
+            embedding_model,
+            np.concatenate(coverage) if job.word_coverage else None,
         )
         write_blend(folder, blend)
     entry = {

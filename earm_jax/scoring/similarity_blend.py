@@ -80,6 +80,36 @@ class SimilarityBlend:
         if not isinstance(self.embedding_model, str) or not self.embedding_model:
             raise ValueError("embedding_model must name the sentence encoder")
 
+    @staticmethod
+    def fit(
+        logits: np.ndarray,
+        cosines: np.ndarray,
+        labels: np.ndarray,
+        embedding_model: str,
+        coverage: np.ndarray | None = None,
+    ) -> SimilarityBlend:
+        """The blend fitted by ridge-logistic regression on labelled pairs: the
+        model's calibrated logits, their cosines and (when given) their word
+        coverage.
+
+        Raises:
+          ValueError: shapes differ, or one class is missing.
+        """
+        from .cross_encoder_training import fit_logistic
+
+        inputs = [np.asarray(logits, np.float64), np.asarray(cosines, np.float64)]
+        if coverage is not None:
+            inputs.append(np.asarray(coverage, np.float64))
+        weights = fit_logistic(np.stack(inputs, axis=1), labels)
+        return SimilarityBlend(
+            logit_weight=float(weights[0]),
+            similarity_weight=float(weights[1]),
+            shift=float(weights[-1]),
+            embedding_model=embedding_model,
+            pairs=int(inputs[0].size),
+            coverage_weight=0.0 if coverage is None else float(weights[2]),
+        )
+
     @property
     def uses_coverage(self) -> bool:
         """Whether the blend needs the pairs' word coverage."""
