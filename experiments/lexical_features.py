@@ -60,6 +60,8 @@ def wordfreq_weight(word: str) -> float:
 
 def features(stream: Any) -> dict[str, np.ndarray]:
     """``float[T, N]`` per feature name, 0 at padding."""
+    from earm_jax.scoring.word_coverage import pool_word_coverage
+
     meta, arrays = stream.meta, stream.arrays
     t_count, n_count = arrays.candidates.shape
     out: dict[str, np.ndarray] = {}
@@ -111,6 +113,15 @@ def features(stream: Any) -> dict[str, np.ndarray]:
                             weight[w] / totals[source]
                         )
         out.update(values)
+    # The one built in must be the library's, not a near-copy of it.
+    np.testing.assert_allclose(
+        out["coverage-wordfreq-stemmed"],
+        pool_word_coverage(
+            meta.query_texts, meta.memory_texts, arrays.candidates, arrays.valid
+        ),
+        rtol=1e-9,
+        atol=1e-12,
+    )
     return out
 
 
