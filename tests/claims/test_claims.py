@@ -80,6 +80,20 @@ CLAIMS = {
             ("mixed_fused", "semantic"),
         ),
     ),
+    # The same at 25% of the calls with the blend that weighs word coverage
+    # (the bfloat16 build's network, its blends fitted again on each fold's
+    # held-back questions): `best` and learned calls still beat Top-similarity,
+    # by more (docs/when-earm-pays.md, "With word coverage in the blend").
+    "best-trained-scorer-coverage": Claim(
+        "experiments/results/best_recorded_coverage_cap025.json",
+        "recall@10",
+        (
+            ("best", "top_similarity"),
+            ("learned_calls", "top_similarity"),
+            ("top_similarity", "semantic"),
+            ("mixed_fused", "mixed"),
+        ),
+    ),
     # Side information with planted features: mixed_side over Bias-only.
     "side-information-simulate": Claim(
         "experiments/results/side_information_simulate.json",
