@@ -17,8 +17,10 @@ For each fold of ``--build`` (a folder ``earm train-scorer --folds K`` wrote):
 
 Per question, Recall@10 of each ranking and of Semantic; the differences with
 paired bootstrap 95% CIs; AUC. ``--write FILE`` also writes the recorded
-answers with the coverage blends (the logits unchanged, the profile measured
-again), for ``earm locomo --scorer recorded``. Writes a JSON with the command,
+answers with the coverage blends (refitted only when the file's blends lack
+coverage) and each fold's free order (the cosine + coverage blend, for
+``earm locomo --pool-order free``); the logits are unchanged and the profile
+is measured again when the blends change. Writes a JSON with the command,
 commit, date and machine.
 
     python experiments/coverage_blend.py --data ../shared/data/locomo \\
@@ -261,13 +263,32 @@ def main(argv: list[str] | None = None) -> int:
         gain = row.get("minus_semantic", {}).get("estimate", 0.0)
         print(f"{row['ranking']:24s} Recall@10 {row['recall']:.3f} ({gain:+.3f})")
     if args.write:
-        # The build's own fit, as `earm train-scorer` makes it now.
+        # The build's own fit, as `earm train-scorer` makes it now: a blend
+        # with word coverage (kept when the file's already weighs it) and
+        # the free order next to it.
+        embedding_model = recorded.scorer["embedding_model"]
+        refit = not all(
+            blend is not None and blend.uses_coverage
+            for blend in recorded.blends.values()
+        )
         blends = {
             name: SimilarityBlend.fit(
                 pairs["logit"],
                 pairs["cosine"],
                 pairs["label"],
-                recorded.scorer["embedding_model"],
+                embedding_model,
+                pairs["coverage"],
+            )
+            if refit
+            else recorded.blends[name]
+            for name, pairs in held_back.items()
+        }
+        free_orders = {
+            name: SimilarityBlend.fit(
+                None,
+                pairs["cosine"],
+                pairs["label"],
+                embedding_model,
                 pairs["coverage"],
             )
             for name, pairs in held_back.items()
@@ -278,16 +299,24 @@ def main(argv: list[str] | None = None) -> int:
                 **recorded.manifest,
                 "similarity_blends_refitted": {
                     "word_coverage": True,
+                    "blends_refitted": refit,
+                    "free_orders": True,
                     "fitted_on": "each fold's held-back questions",
                     "command": result["command"],
                     "note": (
-                        "the blends were fitted again with word coverage; "
-                        "cross_fitted_quality is the build's own, before"
+                        "the blends were fitted again with word coverage "
+                        "(when they had none) and each fold's free order next to "
+                        "them; cross_fitted_quality is the build's own, before"
                     ),
                 },
             }
-            dataclasses.replace(recorded, blends=blends, manifest=refitted).save(staged)
-            refit_profile(str(staged), args.data, args.cache_dir).save(args.write)
+            updated = dataclasses.replace(
+                recorded, blends=blends, free_orders=free_orders, manifest=refitted
+            )
+            if refit:  # the profile is of the blended answers: measured again
+                updated.save(staged)
+                updated = refit_profile(str(staged), args.data, args.cache_dir)
+            updated.save(args.write)
         print(f"wrote {args.write}")
     return 0
 

@@ -212,6 +212,23 @@ def locomo(
             "the retriever's order), W in [0, 1]; its AUC is measured."
         ),
     ] = "",
+    pool_order: Annotated[
+        str,
+        typer.Option(
+            help="The order every policy goes down each pool: similarity (the "
+            "retriever's) or free (cosine + word coverage, fitted per fold at "
+            "build time; no call), read from --scores, or from "
+            "--free-order-from with another scorer.",
+        ),
+    ] = "similarity",
+    free_order_from: Annotated[
+        str,
+        typer.Option(
+            help="--pool-order free with a scorer other than recorded: the "
+            "recorded-answers file(s) whose folds' free orders re-sort the "
+            "pools (one per memory setting, comma list)."
+        ),
+    ] = "",
     scorer_mode: ScorerMode = "yesno",
     score_cache: Annotated[
         Path | None, typer.Option(help="SQLite score cache for --scorer vllm.")
@@ -377,6 +394,8 @@ def locomo(
         expand=expand,
         expand_min_score=expand_min_score,
         side_information=side_information,
+        pool_order=pool_order,
+        free_order_from=comma_names(free_order_from),
     )
     with user_errors("fix the option named above (see `earm locomo --help`)"):
         job.validate()

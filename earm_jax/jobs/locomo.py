@@ -44,6 +44,7 @@ from earm_jax.locomo.evaluate import (
 )
 from earm_jax.locomo.evidence import STAND_IN_NOTE, EvidenceNoise
 from earm_jax.locomo.memories import build_memories
+from earm_jax.locomo.pool_order import POOL_ORDERS, in_free_order
 from earm_jax.locomo.report import locomo_summary
 from earm_jax.locomo.streams import LocomoStream, build_streams
 from earm_jax.locomo.training_data import conversation_digest
@@ -54,6 +55,12 @@ SCORERS = ("evidence", "vllm", "cross-encoder", "recorded")
 """What answers the anchors: the evidence stand-in, a vLLM server, a local
 cross-encoder folder (``earm train-scorer`` writes one), or a build's recorded
 answers (``earm record-scores`` writes them; nothing is scored)."""
+
+FREE_ORDER_NOTE = (
+    "; every pool re-sorted by the free order (cosine + word coverage, no call) "
+    "of the recorded build's fold that never saw its conversation, so Semantic "
+    "and Top-similarity go down that order"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +115,8 @@ class LocomoJob:
     expand: int = 0
     expand_min_score: float = 0.0
     side_information: bool = False
+    pool_order: str = "similarity"
+    free_order_from: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The job as the JSON's ``config``: one flat record, ``earm``'s fields
@@ -152,6 +161,20 @@ class LocomoJob:
         Mix.parse(self.mix)
         if self.mix and self.scorer != "recorded":
             raise ValueError("mix moves recorded answers: it needs scorer 'recorded'")
+        if self.pool_order not in POOL_ORDERS:
+            raise ValueError(
+                f"pool_order must be one of {POOL_ORDERS}, got {self.pool_order!r}"
+            )
+        if self.pool_order == "free" and not (
+            self.scorer == "recorded" or self.free_order_from
+        ):
+            raise ValueError(
+                "pool_order 'free' reads each fold's free order from recorded "
+                "answers: give free_order_from (a recorded-answers file per "
+                "setting), or use scorer 'recorded'"
+            )
+        if self.free_order_from and self.pool_order != "free":
+            raise ValueError("free_order_from is read only with pool_order 'free'")
         if not isinstance(self.earm, EarmSettings):
             raise ValueError(
                 f"earm must be an EarmSettings, got {type(self.earm).__name__}"
@@ -289,14 +312,12 @@ def run_locomo_job(
     )
     paid = None
     recorded = None
+    digests = {c.sample_id: conversation_digest(c) for c in conversations}
     if job.scorer == "recorded":
         recorded = load_recorded(job.scores)
-        check_recorded(
-            recorded,
-            job.settings,
-            {c.sample_id: conversation_digest(c) for c in conversations},
-        )
-    elif job.scorer == "vllm":
+        check_recorded(recorded, job.settings, digests)
+    free_orders = _free_orders(job, recorded, digests)
+    if job.scorer == "vllm":
         paid = llm_scorers(job)
     elif job.scorer == "cross-encoder":
         from earm_jax.store.embeddings import Embedder
@@ -311,10 +332,29 @@ def run_locomo_job(
             paid,
             progress or Progress(enabled=False),
             recorded,
+            free_orders,
         )
     finally:
         if paid is not None:
             paid.close()
+
+
+def _free_orders(
+    job: LocomoJob, recorded: dict[str, Any] | None, digests: dict[str, str]
+) -> dict[str, Any] | None:
+    """The recorded answers whose folds' free orders re-sort the pools (each
+    conversation goes down the free order of the fold that never saw it,
+    whatever scores it), checked against the data; ``None`` for the
+    similarity order."""
+    if job.pool_order != "free":
+        return None
+    orders = load_recorded(job.free_order_from) if job.free_order_from else recorded
+    assert orders is not None  # validate(): recorded, or free_order_from
+    check_recorded(orders, job.settings, digests)
+    for setting in job.settings:
+        for sample_id in digests:
+            orders[setting].free_order_of(sample_id)
+    return orders
 
 
 def _run_grid(
@@ -324,6 +364,7 @@ def _run_grid(
     paid: PaidScorers | None,
     progress: Progress,
     recorded: dict[str, Any] | None = None,
+    free_orders: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], PerQuery]:
     from earm_jax.jobs.metadata import provenance
     from earm_jax.store.embeddings import Embedder
@@ -426,6 +467,17 @@ def _run_grid(
                                 )
                             rescored.append(with_scores(stream, scores))
                         streams = rescored
+                    if free_orders:
+                        # After scoring: each answer moves with its candidate.
+                        streams = [
+                            in_free_order(
+                                stream,
+                                free_orders[setting].free_order_of(
+                                    stream.meta.sample_id
+                                ),
+                            )
+                            for stream in streams
+                        ]
                     for stream in streams:
                         for fault in stream.meta.faults:
                             key = (fault.conversation, fault.kind, fault.detail)
@@ -471,6 +523,8 @@ def _run_grid(
         note = LLM_NOTE.format(
             url=job.base_url, model=job.scorer_model, mode=job.scorer_mode
         )
+    if free_orders:
+        note += FREE_ORDER_NOTE
     payload: dict[str, Any] = {
         "config": job.to_json(),
         "seeds": list(job.seeds),

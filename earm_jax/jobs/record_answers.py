@@ -35,7 +35,7 @@ from earm_jax.scoring.recorded_answers import (
     unblend,
 )
 from earm_jax.scoring.replay import ReplayScorer
-from earm_jax.scoring.similarity_blend import load_blend
+from earm_jax.scoring.similarity_blend import FREE_ORDER_FILE, load_blend
 
 _PATH_KEYS = frozenset(
     {"path", "data", "out", "cache_dir", "score_cache", "base_model", "folder_path"}
@@ -143,6 +143,7 @@ def record_answers(job: RecordJob) -> tuple[RecordedAnswers, dict[str, int]]:
     out: dict[str, RecordedConversation] = {}
     answered: list[tuple[str, Any, np.ndarray]] = []
     blends, models, missing = {}, {}, {}
+    free_orders: dict[str, Any] = {}
     replays: dict[str, ReplayScorer] = {}
     try:
         for stream, conversation in zip(streams, conversations, strict=True):
@@ -158,6 +159,7 @@ def record_answers(job: RecordJob) -> tuple[RecordedAnswers, dict[str, int]]:
                 )
             blend = load_blend(choice.folder)
             blends[choice.fold] = blend
+            free_orders[choice.fold] = load_blend(choice.folder, FREE_ORDER_FILE)
             models[choice.fold] = model_identity(choice.folder)
             if choice.fold not in replays:
                 scorer = model_scorer(choice.folder, scoring, embedder)
@@ -225,6 +227,7 @@ def record_answers(job: RecordJob) -> tuple[RecordedAnswers, dict[str, int]]:
         manifest=without_machine_paths(manifest),
         conversations=out,
         profile=_profile(answered),
+        free_orders=free_orders,
     )
     return recorded, missing
 

@@ -76,7 +76,11 @@ from earm_jax.scoring.scorer_manifest import (
     MANIFEST_NAME,
     model_scorer,
 )
-from earm_jax.scoring.similarity_blend import SimilarityBlend, write_blend
+from earm_jax.scoring.similarity_blend import (
+    FREE_ORDER_FILE,
+    SimilarityBlend,
+    write_blend,
+)
 from earm_jax.scoring.word_coverage import word_coverage
 
 CROSS_FITTED = "cross-fitted pools, each scored by a model that never saw it"
@@ -380,7 +384,7 @@ def _train_fold(
     else:
         apply_calibration(model, calibration)
     folder = save_model(tokenizer, model, Path(job.out) / name, job.training.max_length)
-    blend = None
+    blend = free_order = None
     if job.similarity_blend and calibration is not None:
         blend = SimilarityBlend.fit(
             calibration.scale * np.concatenate(logits) + calibration.shift,
@@ -390,6 +394,16 @@ def _train_fold(
             np.concatenate(coverage) if job.word_coverage else None,
         )
         write_blend(folder, blend)
+        if job.word_coverage:
+            # The free order a policy may go down: the same pairs, no model.
+            free_order = SimilarityBlend.fit(
+                None,
+                np.concatenate(cosines),
+                np.concatenate(labels),
+                embedding_model,
+                np.concatenate(coverage),
+            )
+            write_blend(folder, free_order, FREE_ORDER_FILE)
     entry = {
         "name": name,
         "folder": folder.name,
@@ -399,6 +413,7 @@ def _train_fold(
         "training": dataclasses.asdict(report),
         "calibration": None if calibration is None else dataclasses.asdict(calibration),
         "similarity_blend": None if blend is None else dataclasses.asdict(blend),
+        "free_order": None if free_order is None else dataclasses.asdict(free_order),
     }
     return folder, entry, held_back
 

@@ -13,7 +13,9 @@ One file holds one build's answers for one memory setting. Per conversation:
   whatever order another embedder gives the pool;
 
 and once: the setting, the scorer's identity (backend and precision), each
-fold's similarity blend, and the build's manifest without machine paths.
+fold's similarity blend and free order (the blend of the texts alone,
+:mod:`earm_jax.locomo.pool_order`; absent in files recorded before builds
+fitted one), and the build's manifest without machine paths.
 
 A logit rather than a probability: float16 keeps three significant digits of
 a logit but cannot tell ``0.9995`` from ``0.9999``, and the top of a pool is
@@ -149,6 +151,9 @@ class RecordedAnswers:
       profile: the scorer profile measured on these answers as the scorer
         gives them (blend at full weight), in ``profile_to_json``'s form, for
         ``earm simulate --scorer-profile``; ``None`` when not measured.
+      free_orders: fold name -> its free order (a blend of the texts alone,
+        fitted with the fold's blend; :mod:`earm_jax.locomo.pool_order`);
+        empty in files recorded before builds fitted one.
     """
 
     setting: str
@@ -157,9 +162,28 @@ class RecordedAnswers:
     manifest: dict[str, Any]
     conversations: dict[str, RecordedConversation]
     profile: dict[str, Any] | None = None
+    free_orders: dict[str, SimilarityBlend | None] = dataclasses.field(
+        default_factory=dict
+    )
 
     def blend_of(self, sample_id: str) -> SimilarityBlend | None:
         return self.blends.get(self.conversations[sample_id].fold)
+
+    def free_order_of(self, sample_id: str) -> SimilarityBlend:
+        """The free order of the fold that answered ``sample_id``.
+
+        Raises:
+          ValueError: the file holds none for that fold.
+        """
+        fold = self.conversations[sample_id].fold
+        order = self.free_orders.get(fold)
+        if order is None:
+            raise ValueError(
+                f"pool_order 'free': the recorded answers hold no free order for "
+                f"{fold} (conversation {sample_id}); record them from a build that "
+                "fits one (earm train-scorer with word coverage)"
+            )
+        return order
 
     def check(self, setting: str, digests: Mapping[str, str]) -> None:
         """Refuses answers recorded for another setting or other data.
@@ -212,6 +236,10 @@ class RecordedAnswers:
             "blends": {
                 fold: None if blend is None else dataclasses.asdict(blend)
                 for fold, blend in self.blends.items()
+            },
+            "free_orders": {
+                fold: None if order is None else dataclasses.asdict(order)
+                for fold, order in self.free_orders.items()
             },
             "manifest": self.manifest,
             "profile": self.profile,
@@ -286,6 +314,10 @@ class RecordedAnswers:
             fold: None if blend is None else SimilarityBlend(**blend)
             for fold, blend in header["blends"].items()
         }
+        free_orders = {
+            fold: None if order is None else SimilarityBlend(**order)
+            for fold, order in header.get("free_orders", {}).items()
+        }
         return RecordedAnswers(
             setting=header["setting"],
             scorer=header["scorer"],
@@ -293,6 +325,7 @@ class RecordedAnswers:
             manifest=header["manifest"],
             conversations=conversations,
             profile=header.get("profile"),
+            free_orders=free_orders,
         )
 
 

@@ -37,6 +37,9 @@ from .base import PairScore, Scorer, ScorerIdentity
 from .word_coverage import word_coverage
 
 BLEND_FILE = "similarity_blend.json"
+FREE_ORDER_FILE = "free_order.json"
+"""The blend of the texts alone, fitted next to :data:`BLEND_FILE`: the free
+order of a pool (:mod:`earm_jax.locomo.pool_order`)."""
 BLEND_FORMAT = "earm-similarity-blend-v1"
 # A blend that weighs word coverage is written as v2, so a reader that does
 # not know the coverage term refuses it instead of dropping it.
@@ -82,7 +85,7 @@ class SimilarityBlend:
 
     @staticmethod
     def fit(
-        logits: np.ndarray,
+        logits: np.ndarray | None,
         cosines: np.ndarray,
         labels: np.ndarray,
         embedding_model: str,
@@ -92,15 +95,23 @@ class SimilarityBlend:
         model's calibrated logits, their cosines and (when given) their word
         coverage.
 
+        ``logits=None`` fits the blend of the texts alone (``logit_weight``
+        0): a free order of a pool, known before any call
+        (:mod:`earm_jax.locomo.pool_order`).
+
         Raises:
           ValueError: shapes differ, or one class is missing.
         """
         from .cross_encoder_training import fit_logistic
 
-        inputs = [np.asarray(logits, np.float64), np.asarray(cosines, np.float64)]
+        inputs = [np.asarray(cosines, np.float64)]
+        if logits is not None:
+            inputs.insert(0, np.asarray(logits, np.float64))
         if coverage is not None:
             inputs.append(np.asarray(coverage, np.float64))
-        weights = fit_logistic(np.stack(inputs, axis=1), labels)
+        weights = fit_logistic(np.stack(inputs, axis=1), labels).tolist()
+        if logits is None:
+            weights.insert(0, 0.0)
         return SimilarityBlend(
             logit_weight=float(weights[0]),
             similarity_weight=float(weights[1]),
@@ -109,6 +120,12 @@ class SimilarityBlend:
             pairs=int(inputs[0].size),
             coverage_weight=0.0 if coverage is None else float(weights[2]),
         )
+
+    @property
+    def is_free(self) -> bool:
+        """Whether the blend reads the texts alone (no model answer): an order
+        of a pool that costs no call."""
+        return self.logit_weight == 0.0
 
     @property
     def uses_coverage(self) -> bool:
@@ -186,9 +203,13 @@ class SimilarityBlend:
         return SimilarityBlend(**{k: v for k, v in data.items() if k in fields})
 
 
-def load_blend(folder: str | os.PathLike[str]) -> SimilarityBlend | None:
-    """The blend stored in a model folder, or ``None`` when it has none."""
-    path = Path(folder) / BLEND_FILE
+def load_blend(
+    folder: str | os.PathLike[str], name: str = BLEND_FILE
+) -> SimilarityBlend | None:
+    """The blend stored in a model folder (``name``: :data:`BLEND_FILE`, or
+    :data:`FREE_ORDER_FILE` for its free order), or ``None`` when it has
+    none."""
+    path = Path(folder) / name
     if not path.is_file():
         return None
     try:
@@ -198,8 +219,10 @@ def load_blend(folder: str | os.PathLike[str]) -> SimilarityBlend | None:
     return SimilarityBlend.from_json(data)
 
 
-def write_blend(folder: str | os.PathLike[str], blend: SimilarityBlend) -> Path:
-    path = Path(folder) / BLEND_FILE
+def write_blend(
+    folder: str | os.PathLike[str], blend: SimilarityBlend, name: str = BLEND_FILE
+) -> Path:
+    path = Path(folder) / name
     path.write_text(json.dumps(blend.to_json(), indent=2) + "\n", encoding="utf-8")
     return path
 
@@ -304,6 +327,7 @@ class BlendedScorer:
 
 __all__ = [
     "BLEND_FILE",
+    "FREE_ORDER_FILE",
     "answer_logits",
     "BlendedScorer",
     "SimilarityBlend",

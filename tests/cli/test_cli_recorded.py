@@ -391,3 +391,76 @@ def test_the_labelled_answers_say_which_memory_each_candidate_is(
             answers.candidates[rows][:, :width], stream.arrays.candidates
         )
         assert not answers.valid[rows][:, width:].any()
+
+
+def test_policies_go_down_the_free_order_the_build_fitted(
+    trained_scorer, recorded_file, locomo_path, embedding_cache_dir, tmp_path, capsys
+):
+    from earm_jax.eval.scorer_quality import recall_at
+    from earm_jax.jobs.locomo import select_conversations
+    from earm_jax.locomo.data import load_locomo
+    from earm_jax.locomo.pool_order import free_order_key
+    from earm_jax.scoring.similarity_blend import FREE_ORDER_FILE, load_blend
+    from earm_jax.store.embeddings import Embedder
+
+    folder, _, _ = trained_scorer
+    recorded = RecordedAnswers.load(recorded_file)
+    # The build fits each fold's free order next to its blend; the file keeps it.
+    assert set(recorded.free_orders) == {"fold-0", "fold-1"}
+    for fold, order in recorded.free_orders.items():
+        assert order.is_free and order == load_blend(folder / fold, FREE_ORDER_FILE)
+    runs = {}
+    for order in ("similarity", "free"):
+        out = tmp_path / f"{order}.json"
+        args = ["--scorer", "recorded", "--scores", str(recorded_file)]
+        assert (
+            _locomo(locomo_path, embedding_cache_dir, out, *args, "--pool-order", order)
+            == 0
+        )
+        runs[order] = json.loads(out.read_text())
+    free = runs["free"]
+    assert free["config"]["pool_order"] == "free"
+    assert "re-sorted by the free order" in free["scorer_note"]
+    by_order = {o: r["runs"][0]["scorer_quality"] for o, r in runs.items()}
+    # The same answers on the same pools: Full does not move...
+    assert by_order["free"]["auc"] == pytest.approx(by_order["similarity"]["auc"])
+    assert by_order["free"]["recall@10"]["full"] == pytest.approx(
+        by_order["similarity"]["recall@10"]["full"]
+    )
+    # ...and Semantic is the free order's own ranking.
+    streams = build_streams(
+        select_conversations(load_locomo(str(locomo_path)), ("26", "30"), 4),
+        Embedder(cache_dir=str(embedding_cache_dir)),
+        setting="turns",
+    )
+    recalls = []
+    for stream in streams:
+        key = free_order_key(stream, recorded.free_order_of(stream.meta.sample_id))
+        a = stream.arrays
+        recall = recall_at(key, a.relevant, a.valid, a.num_relevant, 10)
+        recalls.append(recall[a.num_relevant > 0])
+    assert by_order["free"]["recall@10"]["semantic"] == pytest.approx(
+        float(np.concatenate(recalls).mean())
+    )
+    # A file recorded before builds fitted one is refused in one line.
+    older = tmp_path / "older-scores.npz"
+    dataclasses.replace(recorded, free_orders={}).save(older)
+    capsys.readouterr()
+    args = ["--scorer", "recorded", "--scores", str(older), "--pool-order", "free"]
+    assert _locomo(locomo_path, embedding_cache_dir, tmp_path / "x.json", *args) == 2
+    err = capsys.readouterr().err
+    assert "pool_order 'free'" in err and len(err.strip().splitlines()) == 1
+    args = ["--pool-order", "free"]
+    assert _locomo(locomo_path, embedding_cache_dir, tmp_path / "y.json", *args) == 2
+    assert "give free_order_from" in capsys.readouterr().err
+    # Another scorer goes down the same free order, read from the file.
+    stand_in = tmp_path / "stand-in.json"
+    args = ["--pool-order", "free", "--free-order-from", str(recorded_file)]
+    assert _locomo(locomo_path, embedding_cache_dir, stand_in, *args) == 0
+    quality = json.loads(stand_in.read_text())["runs"][0]["scorer_quality"]
+    assert quality["recall@10"]["semantic"] == pytest.approx(
+        by_order["free"]["recall@10"]["semantic"]
+    )
+    assert quality["auc_similarity"] == pytest.approx(
+        by_order["free"]["auc_similarity"]
+    )

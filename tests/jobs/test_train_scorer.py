@@ -176,10 +176,15 @@ def test_without_word_coverage_the_build_fits_the_blend_before(
     locomo_path, embedding_cache_dir, tmp_path
 ):
     """``word_coverage=False`` fits the three-number blend (written as v1), and
-    the fold's scorer needs no coverage."""
+    the fold's scorer needs no coverage; no free order is fitted (its order
+    would be the similarity's)."""
     from earm_jax.jobs.progress import Progress
     from earm_jax.jobs.train_scorer import run_train_scorer
-    from earm_jax.scoring.similarity_blend import BLEND_FILE, load_blend
+    from earm_jax.scoring.similarity_blend import (
+        BLEND_FILE,
+        FREE_ORDER_FILE,
+        load_blend,
+    )
 
     job = dataclasses.replace(
         _two_fold_job(locomo_path, embedding_cache_dir, tmp_path),
@@ -193,6 +198,9 @@ def test_without_word_coverage_the_build_fits_the_blend_before(
     written = json.loads((folder / BLEND_FILE).read_text())
     assert written["format"] == "earm-similarity-blend-v1"
     assert "coverage_weight" not in written
+    assert load_blend(folder, FREE_ORDER_FILE) is None
+    manifest = json.loads((tmp_path / "scorer" / "manifest.json").read_text())
+    assert manifest["folds"][0]["free_order"] is None
 
 
 def _two_fold_job(locomo_path, embedding_cache_dir, tmp_path) -> TrainScorerJob:

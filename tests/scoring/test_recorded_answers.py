@@ -165,3 +165,30 @@ def test_shapes_are_checked_when_built():
         RecordedConversation(**{**good.__dict__, "candidates": good.candidates[:, :2]})
     with pytest.raises(ValueError, match="past the memories"):
         RecordedConversation(**{**good.__dict__, "candidates": good.candidates + 100})
+
+
+def test_free_orders_round_trip_and_an_older_file_has_none(tmp_path):
+    free = SimilarityBlend(
+        logit_weight=0.0,
+        similarity_weight=5.0,
+        shift=-9.0,
+        embedding_model="m",
+        coverage_weight=8.0,
+    )
+    loaded = RecordedAnswers.load(
+        _answers(free_orders={"fold-0": free}).save(tmp_path / "free.npz")
+    )
+    assert loaded.free_orders == {"fold-0": free}
+    assert loaded.free_order_of("30") == free
+    # A file recorded before builds fitted a free order: its header lacks the key.
+    older = _answers().save(tmp_path / "older.npz")
+    with np.load(older) as data:
+        arrays = {name: data[name] for name in data.files}
+    header = json.loads(bytes(arrays["header"]).decode())
+    del header["free_orders"]
+    arrays["header"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
+    np.savez_compressed(older, **arrays)
+    loaded = RecordedAnswers.load(older)
+    assert loaded.free_orders == {} and loaded.blends == {"fold-0": BLEND}
+    with pytest.raises(ValueError, match="pool_order 'free'.*no free order for fold-0"):
+        loaded.free_order_of("26")
