@@ -27,6 +27,10 @@ given): the control for how much of the map is LoCoMo's structure.
         --points recurrence:0,recurrence:0.3,recurrence:0.6 --caps 0.25 \
         --out experiments/results/regime_map/turns_simulated.json
 
+``--pool-order free`` re-sorts every pool by its fold's free order (cosine +
+word coverage, fitted at build time; :mod:`earm_jax.locomo.pool_order`)
+before any policy runs, so Semantic and Top-similarity go down that order.
+
 A cell already in ``--out`` is kept (the run resumes); ``--redo`` reruns it.
 """
 
@@ -59,7 +63,14 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--redo", action="store_true")
     parser.add_argument("--simulate", action="store_true")
+    parser.add_argument(
+        "--pool-order",
+        default="similarity",
+        help="similarity, or free: every policy goes down each fold's free order",
+    )
     args = parser.parse_args()
+    if args.simulate and args.pool_order != "similarity":
+        parser.error("--pool-order: simulated streams have no texts to re-sort by")
     conversations = tuple(c for c in args.conversations.split(",") if c)
     if args.scores and not conversations and not args.simulate:
         # Every conversation the recorded answers hold.
@@ -72,6 +83,7 @@ def main() -> None:
             "scores": Path(args.scores).name if args.scores else None,
             "conversations": list(conversations),
             "limit": args.limit,
+            "pool_order": args.pool_order,
         }
     )
     # Each invocation adds cells: the JSON keeps every command that made it.
@@ -111,6 +123,7 @@ def _replayed(
         auto_budget_scale=True,
         side_information=True,
         num_resamples=args.resamples,
+        pool_order=args.pool_order,
         **point_job_fields(point, args.scores),
     )
     result, _ = run_locomo_job(job)
