@@ -26,6 +26,15 @@ VERDICTS = {
     "(`earm locomo --scorer recorded`, docs: When EARM pays)",
 }
 
+FREE_ORDER_ADVICE = {
+    "go_down_it": "go down the build's free order (`earm locomo --pool-order "
+    "free`): its top beats the top of the similarity order at this cap",
+    "keep_similarity": "keep the similarity order: the top of the build's free "
+    "order is behind it at this cap",
+    "no_difference": "either order: the tops of the two are within the noise at "
+    "this cap",
+}
+
 
 def advise_command(
     scores: Annotated[
@@ -52,7 +61,10 @@ def advise_command(
     labelled sample: how far scoring every candidate (Full) beats scoring the
     cap's share at the top of the similarity order, against the regime map's
     bounds (below the smallest room where completion ever paid: score the top;
-    above the largest where it never did: `best`; between: replay to know)."""
+    above the largest where it never did: `best`; between: replay to know).
+    With recorded answers whose build fitted a free order (cosine + word
+    coverage), it also says whether paying for the top of that order beats
+    the top of the similarity order at the same calls."""
     from earm_jax.jobs.advise import (
         MAP_BOUNDS,
         advise_answers,
@@ -103,6 +115,19 @@ def advise_command(
         markup=False,
     )
     console.print(VERDICTS[report["verdict"]], markup=False)
+    free = report.get("free_order")
+    if free is not None:
+        gain = free["top_of_free_order_minus_top_similarity"]
+        left = free["full_minus_top_of_free_order"]
+        console.print(
+            f"the build's free order (cosine + word coverage, no call): its top "
+            f"{free['recall@10']['top_of_free_order']:.3f}, "
+            f"{gain['mean']:+.3f} [{gain['ci'][0]:+.3f}, {gain['ci'][1]:+.3f}] "
+            f"over Top-similarity; Full {left['mean']:+.3f} "
+            f"[{left['ci'][0]:+.3f}, {left['ci'][1]:+.3f}] above it",
+            markup=False,
+        )
+        console.print(FREE_ORDER_ADVICE[free["advice"]], markup=False)
     if json_path is not None:
         json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 

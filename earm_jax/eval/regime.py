@@ -121,18 +121,29 @@ def map_cell(payload: Mapping[str, Any], cap: float) -> dict[str, Any]:
     }
 
 
+def top_of_order(
+    scores: np.ndarray, order: np.ndarray, valid: np.ndarray, calls: np.ndarray
+) -> np.ndarray:
+    """``float[T, N]`` ranking keys of paying for the top of an order: the
+    ``calls[t]`` first candidates of ``order`` (descending, ties by position)
+    ranked by their answers, then the rest in that order. ``order`` is any
+    finite key: a cosine, or a free order's logit
+    (:mod:`earm_jax.locomo.pool_order`)."""
+    keyed = np.where(valid, order, -np.inf)
+    rank = np.argsort(np.argsort(-keyed, axis=1, kind="stable"), axis=1)
+    paid = valid & (rank < calls[:, None])
+    # Answers lie in [0, 1]: paid candidates (2 to 3) sit above every unpaid
+    # one (0 to 1, by its place in the order).
+    unpaid = 1.0 - rank / max(order.shape[1], 1)
+    return np.where(paid, 2.0 + scores, np.where(valid, unpaid, -np.inf))
+
+
 def top_similarity_order(
     scores: np.ndarray, similarity: np.ndarray, valid: np.ndarray, calls: np.ndarray
 ) -> np.ndarray:
-    """``float[T, N]`` ranking keys of Top-similarity: the ``calls[t]`` most
-    similar candidates first, ordered by their answers, then the rest by
-    similarity."""
-    keyed = np.where(valid, similarity, -np.inf)
-    rank = np.argsort(np.argsort(-keyed, axis=1, kind="stable"), axis=1)
-    paid = valid & (rank < calls[:, None])
-    # Answers lie in [0, 1] and cosines in [-1, 1]: paid candidates sit above
-    # every unpaid one.
-    return np.where(paid, 3.0 + scores, np.where(valid, similarity, -np.inf))
+    """``float[T, N]`` ranking keys of Top-similarity: :func:`top_of_order` of
+    the similarity order."""
+    return top_of_order(scores, similarity, valid, calls)
 
 
 def advise(
@@ -147,6 +158,7 @@ def advise(
     num_relevant: np.ndarray | None = None,
     clusters: np.ndarray | None = None,
     num_resamples: int = 1000,
+    free_order: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Whether completing the matrix can pay for this scorer at this cap.
 
@@ -176,6 +188,10 @@ def advise(
       clusters: ``[T]`` cluster of each question (e.g. its conversation) for
         the bootstrap; ``None``: questions are independent.
       num_resamples: bootstrap resamples.
+      free_order: ``float[T, N]`` a second order of the same pools, known
+        before any call (a build's free order of cosine + word coverage):
+        the report then also pays for its top at the same calls and says
+        whether going down it beats the similarity order (``free_order``).
 
     Returns:
       the verdict (``"complete"``, ``"top_similarity"`` or ``"measure"``) with
@@ -185,11 +201,14 @@ def advise(
       ValueError: shapes differ, a budget outside (0, 1], or no question with
         a relevant candidate.
     """
-    shapes = {a.shape for a in (scores, similarity, relevant, valid)}
+    given = (scores, similarity, relevant, valid)
+    if free_order is not None:
+        given += (free_order,)
+    shapes = {a.shape for a in given}
     if len(shapes) != 1 or len(next(iter(shapes))) != 2:
         raise ValueError(
-            "scores, similarity, relevant and valid must share one [T, N] shape, "
-            f"got {sorted(shapes)}"
+            "scores, similarity, relevant, valid (and free_order) must share one "
+            f"[T, N] shape, got {sorted(shapes)}"
         )
     if not 0.0 < call_budget <= 1.0:
         raise ValueError(f"call_budget must be in (0, 1], got {call_budget!r}")
@@ -223,7 +242,7 @@ def advise(
     else:
         verdict = "measure"
     mask = valid & np.isfinite(scores)
-    return {
+    report = {
         "verdict": verdict,
         "map_bounds": {
             "smallest_room_that_paid": smallest_paid,
@@ -246,6 +265,70 @@ def advise(
         "full_minus_semantic": float(
             mean_ci(full[scored] - semantic[scored], **options).estimate
         ),
+    }
+    if free_order is not None:
+        report["free_order"] = _free_order_report(
+            answered,
+            free_order,
+            relevant,
+            valid,
+            num_relevant,
+            calls,
+            k,
+            top,
+            full,
+            scored,
+            options,
+        )
+    return report
+
+
+def _free_order_report(
+    answered: np.ndarray,
+    free_order: np.ndarray,
+    relevant: np.ndarray,
+    valid: np.ndarray,
+    num_relevant: np.ndarray,
+    calls: np.ndarray,
+    k: int,
+    top: np.ndarray,
+    full: np.ndarray,
+    scored: np.ndarray,
+    options: dict[str, Any],
+) -> dict[str, Any]:
+    """Paying for the top of the free order against the top of the similarity
+    order, at the same calls per question, paired by question."""
+    free_order = np.where(valid, np.asarray(free_order, np.float64), -np.inf)
+    top_free = recall_at(
+        top_of_order(answered, free_order, valid, calls),
+        relevant,
+        valid,
+        num_relevant,
+        k,
+    )
+    alone = recall_at(free_order, relevant, valid, num_relevant, k)
+    gain = contrast_ci(top_free[scored], top[scored], **options)
+    room = contrast_ci(full[scored], top_free[scored], **options)
+    if gain.low > 0.0:
+        advice = "go_down_it"
+    elif gain.high < 0.0:
+        advice = "keep_similarity"
+    else:
+        advice = "no_difference"
+    return {
+        "advice": advice,
+        f"recall@{k}": {
+            "top_of_free_order": float(np.nanmean(top_free[scored])),
+            "free_order": float(np.nanmean(alone[scored])),
+        },
+        "top_of_free_order_minus_top_similarity": {
+            "mean": float(gain.estimate),
+            "ci": [float(gain.low), float(gain.high)],
+        },
+        "full_minus_top_of_free_order": {
+            "mean": float(room.estimate),
+            "ci": [float(room.low), float(room.high)],
+        },
     }
 
 
@@ -274,5 +357,6 @@ __all__ = [
     "boundary",
     "map_cell",
     "point_job_fields",
+    "top_of_order",
     "top_similarity_order",
 ]

@@ -43,6 +43,9 @@ class LabelledAnswers:
     candidates: np.ndarray | None = None
     """``int[T, N]`` each candidate's memory row in its conversation (recorded
     answers only; with ``groups`` it names the memory)."""
+    free_order: np.ndarray | None = None
+    """``float[T, N]`` the build's free order of each pool (cosine + word
+    coverage, ``-inf`` at padding): recorded answers whose folds carry one."""
 
 
 def _number(row: dict[str, str], name: str, line: int) -> float:
@@ -125,8 +128,10 @@ def recorded_labelled_answers(
 ) -> LabelledAnswers:
     """A build's recorded answers on the LoCoMo pools they were recorded on,
     as the scorer gives them (the blend at ``blend_weight``), with the
-    evidence labels; each conversation is a bootstrap group."""
+    evidence labels and, when every fold carries one, the free order; each
+    conversation is a bootstrap group."""
     from earm_jax.jobs.locomo_recorded import load_recorded, replayed_streams
+    from earm_jax.locomo.pool_order import free_order_key
 
     recorded = load_recorded([scores_file])
     (_, answers), *_ = recorded.items()
@@ -138,7 +143,12 @@ def recorded_labelled_answers(
         "groups": [],
         "num_relevant": [],
         "candidates": [],
+        "free_order": [],
     }
+    has_free_order = all(
+        answers.free_orders.get(c.fold) is not None
+        for c in answers.conversations.values()
+    )
     for stream, replayed in replayed_streams(answers, data, cache_dir, blend_weight):
         arrays = replayed.arrays
         parts["scores"].append(np.where(arrays.valid, arrays.scores, np.nan))
@@ -147,6 +157,9 @@ def recorded_labelled_answers(
         parts["valid"].append(arrays.valid)
         parts["num_relevant"].append(arrays.num_relevant)
         parts["candidates"].append(arrays.candidates)
+        if has_free_order:
+            order = answers.free_order_of(stream.meta.sample_id)
+            parts["free_order"].append(free_order_key(stream, order))
         parts["groups"].append(
             np.full(arrays.valid.shape[0], stream.meta.sample_id, dtype=object)
         )
@@ -168,6 +181,7 @@ def recorded_labelled_answers(
         np.concatenate(parts["groups"]).astype(str),
         np.concatenate(parts["num_relevant"]),
         stacked("candidates", 0),
+        stacked("free_order", -np.inf) if has_free_order else None,
     )
 
 
@@ -188,6 +202,7 @@ def advise_answers(
         num_relevant=answers.num_relevant,
         clusters=answers.groups,
         num_resamples=num_resamples,
+        free_order=answers.free_order,
     )
 
 

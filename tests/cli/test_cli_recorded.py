@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 
 from earm_jax.cli import main
+from earm_jax.jobs.locomo import select_conversations
 from earm_jax.jobs.record_answers import RecordJob, record_answers
 from earm_jax.jobs.train_scorer import RECORDED_NAME
+from earm_jax.locomo.data import load_locomo
 from earm_jax.locomo.evaluate import scorer_scores
 from earm_jax.locomo.streams import build_streams
 from earm_jax.locomo.training_data import conversation_digest
@@ -21,6 +23,7 @@ from earm_jax.scoring.cache import ScoreCache
 from earm_jax.scoring.recorded_answers import RecordedAnswers, blended_answers
 from earm_jax.scoring.replay import ReplayScorer
 from earm_jax.scoring.scorer_manifest import model_scorer, open_scorer_folder
+from earm_jax.store.embeddings import Embedder
 
 pytestmark = [pytest.mark.slow, pytest.mark.locomo]
 
@@ -397,11 +400,8 @@ def test_policies_go_down_the_free_order_the_build_fitted(
     trained_scorer, recorded_file, locomo_path, embedding_cache_dir, tmp_path, capsys
 ):
     from earm_jax.eval.scorer_quality import recall_at
-    from earm_jax.jobs.locomo import select_conversations
-    from earm_jax.locomo.data import load_locomo
     from earm_jax.locomo.pool_order import free_order_key
     from earm_jax.scoring.similarity_blend import FREE_ORDER_FILE, load_blend
-    from earm_jax.store.embeddings import Embedder
 
     folder, _, _ = trained_scorer
     recorded = RecordedAnswers.load(recorded_file)
@@ -463,4 +463,61 @@ def test_policies_go_down_the_free_order_the_build_fitted(
     )
     assert quality["auc_similarity"] == pytest.approx(
         by_order["free"]["auc_similarity"]
+    )
+
+
+def test_advise_reads_the_builds_free_order_and_says_which_order_to_go_down(
+    recorded_file, locomo_path, embedding_cache_dir, tmp_path, capsys
+):
+    from earm_jax.jobs.advise import recorded_labelled_answers
+    from earm_jax.locomo.pool_order import free_order_key
+
+    recorded = RecordedAnswers.load(recorded_file)
+    answers = recorded_labelled_answers(
+        str(recorded_file), str(locomo_path), str(embedding_cache_dir)
+    )
+    streams = build_streams(
+        select_conversations(load_locomo(str(locomo_path)), ("26", "30"), 4),
+        Embedder(cache_dir=str(embedding_cache_dir)),
+        setting="turns",
+    )
+    for stream in streams:
+        rows = answers.groups == stream.meta.sample_id
+        key = free_order_key(stream, recorded.free_order_of(stream.meta.sample_id))
+        width = key.shape[1]
+        np.testing.assert_array_equal(answers.free_order[rows][:, :width], key)
+        assert np.isneginf(answers.free_order[rows][:, width:]).all()
+    out = tmp_path / "advice.json"
+    capsys.readouterr()
+    status = main.run(
+        [
+            "advise",
+            "--scores",
+            str(recorded_file),
+            "--data",
+            str(locomo_path),
+            "--cache-dir",
+            str(embedding_cache_dir),
+            "--call-budget",
+            "0.25",
+            "--resamples",
+            "50",
+            "--json",
+            str(out),
+        ]
+    )
+    assert status == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    block = json.loads(out.read_text())["free_order"]
+    assert block["advice"] in ("go_down_it", "keep_similarity", "no_difference")
+    assert "the build's free order (cosine + word coverage, no call)" in printed
+    assert f"its top {block['recall@10']['top_of_free_order']:.3f}" in printed
+    # A file without free orders gives the advice it gave before.
+    older = tmp_path / "older-scores.npz"
+    dataclasses.replace(recorded, free_orders={}).save(older)
+    assert (
+        recorded_labelled_answers(
+            str(older), str(locomo_path), str(embedding_cache_dir)
+        ).free_order
+        is None
     )
