@@ -165,7 +165,8 @@ class EmbeddingCache:
             connection.close()
 
     def get(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
-        """The cached vectors among ``keys`` (missing keys are absent)."""
+        """The cached vectors among ``keys`` (missing keys, and damaged rows,
+        are absent)."""
         found: dict[str, np.ndarray] = {}
         unique = list(dict.fromkeys(keys))
         with self._connect() as connection:
@@ -177,19 +178,29 @@ class EmbeddingCache:
                     chunk,
                 )
                 for key, dim, blob in rows:
-                    vector = np.frombuffer(blob, dtype=np.float32)
-                    if vector.shape == (dim,):
-                        found[key] = vector
+                    # A damaged row (any other length) reads as missing.
+                    if isinstance(blob, bytes) and len(blob) == 4 * dim:
+                        found[key] = np.frombuffer(blob, dtype=np.float32)
         return found
 
     def put(self, vectors: dict[str, np.ndarray]) -> None:
-        """Stores ``{key: float32[D]}``."""
+        """Stores ``{key: float32[D]}``.
+
+        A key stored already keeps its vector (a damaged row is replaced):
+        the same text embedded in another batch, or by another process
+        sharing the cache, differs in its last bits, and every reader of one
+        cache must see one vector per text, or two pools built from it could
+        order near-ties differently.
+        """
         rows = [
             (key, int(v.shape[0]), np.ascontiguousarray(v, np.float32).tobytes())
             for key, v in vectors.items()
         ]
         self._write(
-            "INSERT OR REPLACE INTO embeddings (key, dim, vector) VALUES (?, ?, ?)",
+            "INSERT INTO embeddings (key, dim, vector) VALUES (?, ?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET dim = excluded.dim, "
+            "vector = excluded.vector "
+            "WHERE length(embeddings.vector) != 4 * embeddings.dim",
             rows,
             "nothing was cached",
         )
@@ -273,6 +284,9 @@ class CachedEmbedder:
             new = dict(zip(missing, fresh, strict=True))
             if store:
                 self.cache.put(new)
+                # What the cache holds now: another writer's vector where it
+                # stored the text first.
+                new.update(self.cache.get(list(new)))
             known = {**known, **new}
         if not keys:
             return np.asarray(self.embedder.embed([]), np.float32)
@@ -411,6 +425,9 @@ class Embedder:
             new = dict(zip(missing, fresh, strict=True))
             if self.cache is not None and store:
                 self.cache.put(new)
+                # What the cache holds now: another writer's vector where it
+                # stored the text first (EmbeddingCache.put).
+                new.update(self.cache.get(list(new)))
             known = {**known, **new}
         self.num_encoded += len(missing)
         self.num_cached += len(keys) - len(missing)

@@ -106,3 +106,58 @@ def test_text_key_is_sha256() -> None:
     assert text_sha256("abc") == (
         "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
     )
+
+
+class _Fixed:
+    """A stand-in embedder whose vectors are ``base`` plus this writer's
+    ``offset`` (two batches of one model differ in their last bits)."""
+
+    identity = "fixed"
+
+    def __init__(self, offset: float, during=None) -> None:
+        self.offset = offset
+        self.during = during
+
+    def embed(self, texts):
+        if self.during is not None:
+            self.during()  # another writer stores first, while this one encodes
+        return np.array([[len(t), 1.0 + self.offset] for t in texts], np.float32)
+
+
+def test_the_first_writer_of_a_text_is_what_every_reader_gets(tmp_path: Path):
+    """Two writers of one cache race on the same texts: the one that stores
+    second keeps nothing of its own and returns what the cache holds, so
+    both build their pools from the same vectors."""
+    path = tmp_path / "shared.sqlite"
+    first = embed.CachedEmbedder(_Fixed(0.0), path)
+    second = embed.CachedEmbedder(_Fixed(1e-6, during=lambda: first.embed(TEXTS)), path)
+    got = second.embed(TEXTS)
+    np.testing.assert_array_equal(got, first.embed(TEXTS))
+    np.testing.assert_array_equal(got[:, 1], np.float32(1.0))
+    # The real model's path does the same.
+    cached = Embedder(cache_dir=tmp_path / "real")
+    assert cached.cache is not None
+    planted = np.full(384, 0.05, np.float32)
+    original = cached._encode
+
+    def racing(texts):
+        cached.cache.put({text_sha256(TEXTS[0]): planted})
+        return original(texts)
+
+    cached._encode = racing
+    np.testing.assert_array_equal(cached.embed(TEXTS[:1])[0], planted)
+
+
+def test_a_damaged_row_is_replaced(tmp_path: Path):
+    import sqlite3
+
+    path = tmp_path / "damaged.sqlite"
+    writer = embed.CachedEmbedder(_Fixed(0.0), path)
+    writer.embed(TEXTS[:1])
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE embeddings SET vector = x'00'")
+    assert writer.cache.get([text_sha256(TEXTS[0])]) == {}  # read as missing
+    again = embed.CachedEmbedder(_Fixed(0.5), path)
+    np.testing.assert_array_equal(again.embed(TEXTS[:1])[0], [len(TEXTS[0]), 1.5])
+    stored = again.cache.get([text_sha256(TEXTS[0])])[text_sha256(TEXTS[0])]
+    np.testing.assert_array_equal(stored, [len(TEXTS[0]), 1.5])
