@@ -10,7 +10,8 @@ answers above the unpaid rest:
   similarity order;
 - **Top-free**: the paid ones are the top of the free order (a logistic blend
   of the cosine and word coverage, each fold's fitted on its held-back
-  questions by ``experiments/coverage_blend.py``); the rest keep that order.
+  questions; the file carries it, :mod:`earm_jax.locomo.pool_order`); the
+  rest keep that order.
 
 The scorer's answers are a build's recorded answers with the blend the file
 carries. Per question Recall@10, the difference with a paired bootstrap 95%
@@ -19,14 +20,12 @@ measures how much of the room above Top-similarity a free order alone takes.
 
     python experiments/free_order_top.py --data ../shared/data/locomo \\
         --scores experiments/scores/turns-500steps-bf16-coverage-scores.npz \\
-        --blends experiments/results/coverage_blend_turns.json \\
         --out experiments/results/free_order_top_turns.json
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -44,36 +43,25 @@ CAPS = (0.10, 0.15, 0.25, 0.35)
 def top_paid_recall(
     order: np.ndarray, answers: np.ndarray, stream: Any, cap: float
 ) -> np.ndarray:
-    """Per labelled question, Recall@10 when the top ``round(cap x pool)`` of
-    ``order`` are paid for and ranked by ``answers`` above the rest, the rest
-    in ``order``."""
+    """Per labelled question, Recall@10 when the top ``round(cap x pool)`` (at
+    least 1) of ``order`` are paid for and ranked by ``answers`` above the
+    rest, the rest in ``order``."""
+    from earm_jax.eval.regime import top_of_order
     from earm_jax.eval.scorer_quality import recall_at
 
     arrays = stream.arrays
-    valid = arrays.valid
-    keyed = np.where(valid, order, -np.inf)
-    rank = np.argsort(np.argsort(-keyed, axis=1, kind="stable"), axis=1)
-    paid_count = np.maximum(np.rint(cap * valid.sum(axis=1)), 1)[:, None]
-    paid = valid & (rank < paid_count)
-    # Paid candidates above every unpaid one, by their answer; then the rest
-    # by the order (the answers are in (0, 1)).
-    unpaid_rank = rank / valid.shape[1]
-    score = np.where(paid, 2.0 + answers, 1.0 - unpaid_rank)
+    calls = np.maximum(np.rint(cap * arrays.valid.sum(axis=1)), 1)
+    keys = top_of_order(answers, order, arrays.valid, calls)
     labelled = arrays.num_relevant > 0
-    return recall_at(
-        np.where(valid, score, -np.inf),
-        arrays.relevant,
-        valid,
-        arrays.num_relevant,
-        K,
-    )[labelled]
+    return recall_at(keys, arrays.relevant, arrays.valid, arrays.num_relevant, K)[
+        labelled
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default=os.environ.get("EARM_LOCOMO_DATA"))
     parser.add_argument("--scores", required=True)
-    parser.add_argument("--blends", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--cache-dir", default=None)
     args = parser.parse_args(argv)
@@ -84,43 +72,27 @@ def main(argv: list[str] | None = None) -> int:
     from earm_jax.eval.stats import contrast_ci
     from earm_jax.jobs.locomo_recorded import replayed_streams
     from earm_jax.jobs.metadata import provenance, write_json
+    from earm_jax.locomo.pool_order import free_order_key
     from earm_jax.scoring.recorded_answers import RecordedAnswers
-    from earm_jax.scoring.word_coverage import pool_word_coverage
 
     recorded = RecordedAnswers.load(args.scores)
-    fitted = json.loads(Path(args.blends).read_text())
-    if fitted["setting"] != recorded.setting:
-        parser.error(
-            f"{args.blends} is for {fitted['setting']}, not {recorded.setting}"
-        )
     gathered: dict[str, list[np.ndarray]] = {}
     for stream, replay in replayed_streams(recorded, args.data, args.cache_dir):
         arrays = stream.arrays
-        fold = recorded.conversations[stream.meta.sample_id].fold
-        weights = fitted["folds"][fold]["blends"]["cosine_coverage"]
-        coverage = pool_word_coverage(
-            stream.meta.query_texts,
-            stream.meta.memory_texts,
-            arrays.candidates,
-            arrays.valid,
-        )
-        cosine = np.where(arrays.valid, arrays.similarity, 0.0).astype(np.float64)
-        free = weights["cosine"] * cosine + weights["coverage"] * coverage
+        free = free_order_key(stream, recorded.free_order_of(stream.meta.sample_id))
         answers = np.nan_to_num(replay.arrays.scores.astype(np.float64), nan=0.0)
         labelled = arrays.num_relevant > 0
         args_ = (arrays.relevant, arrays.valid, arrays.num_relevant, K)
         parts = {
             "semantic": recall_at(arrays.similarity, *args_)[labelled],
-            "free_order": recall_at(np.where(arrays.valid, free, -np.inf), *args_)[
-                labelled
-            ],
+            "free_order": recall_at(free, *args_)[labelled],
             "full": recall_at(np.where(arrays.valid, answers, -np.inf), *args_)[
                 labelled
             ],
         }
         for cap in CAPS:
             parts[f"top_similarity:{cap}"] = top_paid_recall(
-                cosine, answers, stream, cap
+                arrays.similarity, answers, stream, cap
             )
             parts[f"top_free:{cap}"] = top_paid_recall(free, answers, stream, cap)
         for name, values in parts.items():
