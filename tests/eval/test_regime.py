@@ -96,9 +96,20 @@ def test_the_top_of_a_free_order_matches_a_loop_written_out(share):
     scores = np.clip(relevant + rng.normal(0, 0.3, relevant.shape), 0, 1)
     # A logit-scale key, far outside [0, 1], that lifts the deep evidence.
     free = 8.0 * similarity + 6.0 * relevant - 9.0 + rng.normal(0, 1, relevant.shape)
-    report = advise(
-        scores, similarity, relevant, valid, share, (0.05, 0.2), k=5, free_order=free
-    )
+
+    def with_order(order, k=10):
+        return advise(
+            scores,
+            similarity,
+            relevant,
+            valid,
+            share,
+            (0.05, 0.2),
+            k=k,
+            free_order=order,
+        )
+
+    report = with_order(free, k=5)
     block = report["free_order"]
     expected = _reference_top_similarity_recall(scores, free, relevant, valid, share, 5)
     assert block["recall@5"]["top_of_free_order"] == pytest.approx(expected)
@@ -108,32 +119,14 @@ def test_the_top_of_a_free_order_matches_a_loop_written_out(share):
     )
     assert gain["ci"][0] > 0 and block["advice"] == "go_down_it"
     # The similarity order given as the free order changes nothing.
-    same = advise(
-        scores, similarity, relevant, valid, share, (0.05, 0.2), free_order=similarity
-    )["free_order"]
+    same = with_order(similarity)["free_order"]
     assert same["top_of_free_order_minus_top_similarity"]["mean"] == 0.0
     assert same["advice"] == "no_difference"
     # An order that buries the evidence is told to keep the similarity order.
-    buried = advise(
-        scores,
-        similarity,
-        relevant,
-        valid,
-        share,
-        (0.05, 0.2),
-        free_order=similarity - 5.0 * relevant,
-    )["free_order"]
+    buried = with_order(similarity - 5.0 * relevant)["free_order"]
     assert buried["advice"] == "keep_similarity"
     with pytest.raises(ValueError, match="free_order"):
-        advise(
-            scores,
-            similarity,
-            relevant,
-            valid,
-            share,
-            (0.05, 0.2),
-            free_order=free[:, :3],
-        )
+        with_order(free[:, :3])
 
 
 def test_advise_refuses_what_it_cannot_measure():
