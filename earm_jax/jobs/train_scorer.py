@@ -376,32 +376,26 @@ def _train_fold(
                 np.array([stream.arrays.relevant[t, p] for t, p in pairs.positions])
             )
     try:
-        calibration: Calibration | None = fit_platt(
-            np.concatenate(logits), np.concatenate(labels)
-        )
-    except ValueError:  # the held-back pools lack a class (tiny slices)
+        held_logits, held_labels = np.concatenate(logits), np.concatenate(labels)
+        calibration: Calibration | None = fit_platt(held_logits, held_labels)
+    except ValueError:  # the held-back pools lack a class, or pairs (tiny slices)
         calibration = None
     else:
         apply_calibration(model, calibration)
     folder = save_model(tokenizer, model, Path(job.out) / name, job.training.max_length)
     blend = free_order = None
     if job.similarity_blend and calibration is not None:
+        cosine = np.concatenate(cosines)
+        cover = np.concatenate(coverage) if job.word_coverage else None
+        calibrated = calibration.scale * held_logits + calibration.shift
         blend = SimilarityBlend.fit(
-            calibration.scale * np.concatenate(logits) + calibration.shift,
-            np.concatenate(cosines),
-            np.concatenate(labels),
-            embedding_model,
-            np.concatenate(coverage) if job.word_coverage else None,
+            calibrated, cosine, held_labels, embedding_model, cover
         )
         write_blend(folder, blend)
-        if job.word_coverage:
+        if cover is not None:
             # The free order a policy may go down: the same pairs, no model.
             free_order = SimilarityBlend.fit(
-                None,
-                np.concatenate(cosines),
-                np.concatenate(labels),
-                embedding_model,
-                np.concatenate(coverage),
+                None, cosine, held_labels, embedding_model, cover
             )
             write_blend(folder, free_order, FREE_ORDER_FILE)
     entry = {
