@@ -247,7 +247,7 @@ class AsyncRetrieving:
         vector = self._embed_queries([text], "query")[0]
         (turn,) = self._queue.join()
         return await self._answer_async(
-            text, lambda: (self._query_pool(vector, where), vector), k, turn
+            text, lambda: (self._query_pool(text, vector, where), vector), k, turn
         )
 
     async def aquery_many(
@@ -265,7 +265,10 @@ class AsyncRetrieving:
         tasks = [
             self._answer_async(
                 text,
-                lambda vector=vector: (self._query_pool(vector, None), vector),
+                lambda text=text, vector=vector: (
+                    self._query_pool(text, vector, None),
+                    vector,
+                ),
                 k,
                 turn,
             )
@@ -296,7 +299,10 @@ class AsyncRetrieving:
         scores = None if parsed[0][2] is None else [p[2] for p in parsed]
         (turn,) = self._queue.join()
         return await self._answer_async(
-            query, lambda: (self._candidate_pool(ids, scores, vector), vector), k, turn
+            query,
+            lambda: (self._candidate_pool(query, ids, scores, vector), vector),
+            k,
+            turn,
         )
 
     async def aadd(

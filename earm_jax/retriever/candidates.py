@@ -1,6 +1,7 @@
-"""The candidate pools ``rerank`` is given: checked entries, the unknown ones
-added and the edited ones updated, and the pool of the live ones by similarity
-(:meth:`~earm_jax.retriever.memory_rows.MemoryRows.given_pool`). Part of
+"""The pools a query goes down: a query's most similar memories, or the
+candidates ``rerank`` is given (checked, the unknown ones added and the edited
+ones updated, the live ones kept), each in the folder's pool order (the
+similarity, or a free order: :mod:`earm_jax.retriever.pool_order`). Part of
 :class:`~earm_jax.retriever.online.OnlineRetriever`; it holds no state."""
 
 from __future__ import annotations
@@ -13,15 +14,17 @@ import numpy as np
 
 from earm_jax.base import Query
 from earm_jax.retriever.memory_rows import MemoryRows
+from earm_jax.retriever.pool_order import in_free_order
 from earm_jax.retriever.validation import check_id, check_k, check_text, metadata_json
 
 
 class CandidatePools:
-    """``rerank``'s candidates (the rows and ``add``/``update`` come from the
-    retriever)."""
+    """The pools of ``query`` and ``rerank`` (the rows, the experience and
+    ``add``/``update`` come from the retriever)."""
 
     config: Any
     rows: MemoryRows
+    experience: Any
 
     def _parse_candidates(self, query, candidates, k):
         """The checked query, ``k`` and ``(id, text, score, metadata)`` entries."""
@@ -87,10 +90,46 @@ class CandidatePools:
             ):
                 self.update(mid, text, meta)
 
-    def _candidate_pool(self, ids, scores, vector) -> Query:
+    def _query_pool(
+        self, text: str, vector: np.ndarray, where: Mapping | None
+    ) -> Query:
+        """The candidate pool of a query: its most similar memories among those
+        matching ``where`` (a one-line error if there is none), in the
+        folder's pool order."""
+        if not self.rows.row_of:
+            raise ValueError("the retriever holds no memory yet: add() some first")
+        pool = self._pool_from_vector(text, vector, where)
+        if not bool(np.asarray(pool.valid).any()):
+            raise ValueError(f"no memory matches where={dict(where or {})!r}")
+        return pool
+
+    def _pool_from_vector(
+        self, text: str, vector: np.ndarray, where: Mapping | None
+    ) -> Query:
+        pool = self.rows.similarity_pool(
+            vector, where, self.experience.visible_rows, self.config.pool_size
+        )
+        return self._in_pool_order(text, pool)
+
+    def _in_pool_order(self, text: str, pool: Query) -> Query:
+        """``pool`` (its ``similarity`` the cosine) in the folder's pool order
+        (:mod:`earm_jax.retriever.pool_order`)."""
+        order = self.config.free_order
+        if order is None:
+            return pool
+        count = int(np.asarray(pool.valid).sum())
+        cosines = np.asarray(pool.similarity)[:count]
+        return in_free_order(pool, order, text, self.rows.texts, cosines)
+
+    def _candidate_pool(self, text, ids, scores, vector) -> Query:
         """The pool of the live ones of ``ids`` (their current versions), by the
-        given similarity ``scores`` or else the embedder's cosine."""
-        return self.rows.given_pool(ids, scores, vector, self.config.pool_size)
+        given similarity ``scores`` or else the embedder's cosine; under a
+        free order, by that order of the query ``text`` (which reads this
+        embedder's cosine, never a caller's score)."""
+        if self.config.free_order is not None:
+            scores = None
+        pool = self.rows.given_pool(ids, scores, vector, self.config.pool_size)
+        return self._in_pool_order(text, pool)
 
 
 __all__ = ["CandidatePools"]

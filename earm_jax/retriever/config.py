@@ -15,6 +15,7 @@ from earm_jax.policies import top_similarity_policy
 from earm_jax.policies.adaptive.embedding_calls import EMBEDDING_ORDERS
 from earm_jax.policies.budget import constant_budget
 from earm_jax.scoring.base import ScorerIdentity
+from earm_jax.scoring.similarity_blend import SimilarityBlend
 from earm_jax.settings import PRESETS, EarmSettings
 
 MemoryId = int | str
@@ -62,7 +63,20 @@ class RetrieverConfig(EarmSettings):
 
     Experience settings (stored in the journal; reopening with different ones
     raises): every :class:`~earm_jax.settings.EarmSettings` field, ``pool_size``,
-    ``initial_memories``, ``initial_queries``, ``seed``.
+    ``initial_memories``, ``initial_queries``, ``seed``, ``free_order``.
+
+    The order a query goes down its pool (``free_order``): ``None`` (the
+    default), the retriever's cosine similarity; else a
+    :class:`~earm_jax.scoring.similarity_blend.SimilarityBlend` of the texts
+    alone (``logit_weight`` 0) that re-sorts every pool, before any call, by
+    ``similarity_weight * cos + coverage_weight * word coverage + shift``
+    (:mod:`earm_jax.retriever.pool_order`). ``earm train-scorer`` fits one
+    next to each model (``free_order.json``:
+    ``load_blend(folder, FREE_ORDER_FILE)``); with a strong scorer on LoCoMo
+    turns every preset then pays for the evidence that shares the question's
+    words but not its sentence embedding (docs/when-earm-pays.md). Its
+    ``embedding_model`` must be the embedder's ``identity``: the weights were
+    fitted on that model's cosine.
 
     Presets (``preset``; a folder keeps the one it was created with):
       ``"best"`` (the default for new folders): the adaptive multi-round
@@ -130,6 +144,7 @@ class RetrieverConfig(EarmSettings):
     synchronous: str = "FULL"
     precompile: bool = True
     query_retention: str = "hash-only"
+    free_order: SimilarityBlend | None = None
 
     def __post_init__(self) -> None:
         if self.preset not in RETRIEVER_PRESETS:
@@ -195,6 +210,7 @@ class RetrieverConfig(EarmSettings):
                 "use query_retention='hash-only' or 'keep', or "
                 "call_order='similarity'"
             )
+        object.__setattr__(self, "free_order", checked_free_order(self.free_order))
         if self.synchronous not in ("FULL", "NORMAL"):
             raise ValueError(
                 f"RetrieverConfig.synchronous must be 'FULL' or 'NORMAL', got "
@@ -220,13 +236,56 @@ class RetrieverConfig(EarmSettings):
         calls = min(pool_size, math.ceil(self.call_budget * pool_size))
         return top_similarity_policy(pool_size, budget=constant_budget(calls))
 
+    @property
+    def pool_order(self) -> str:
+        """``"free"`` when :attr:`free_order` re-sorts the pools, else
+        ``"similarity"``."""
+        return "similarity" if self.free_order is None else "free"
+
     def experience(self) -> dict[str, Any]:
         """The stored settings (what a reopen must agree with)."""
         settings = dataclasses.asdict(self)
         for name in RUNTIME_FIELDS:
             settings.pop(name)
         settings["stage_ratios"] = list(settings["stage_ratios"])
+        settings["free_order"] = (
+            None if self.free_order is None else self.free_order.to_json()
+        )
         return settings
+
+
+def checked_free_order(value: Any) -> SimilarityBlend | None:
+    """``RetrieverConfig.free_order`` checked: a free blend, its stored JSON
+    (read back), or ``None``.
+
+    >>> checked_free_order(None) is None
+    True
+    >>> checked_free_order(SimilarityBlend(1.0, 2.0, 0.0, "m"))
+    Traceback (most recent call last):
+    ...
+    ValueError: RetrieverConfig.free_order must be a blend of the texts alone \
+(logit_weight 0), got logit_weight 1: a free order is known before any call
+    """
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        try:
+            value = SimilarityBlend.from_json(dict(value))
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"RetrieverConfig.free_order: {error}") from error
+    if not isinstance(value, SimilarityBlend):
+        raise ValueError(
+            "RetrieverConfig.free_order must be a SimilarityBlend (e.g. "
+            "load_blend(model_folder, FREE_ORDER_FILE)) or None, got "
+            f"{type(value).__name__}"
+        )
+    if not value.is_free:
+        raise ValueError(
+            "RetrieverConfig.free_order must be a blend of the texts alone "
+            f"(logit_weight 0), got logit_weight {value.logit_weight:g}: a free "
+            "order is known before any call"
+        )
+    return value
 
 
 def runtime_of(config: RetrieverConfig) -> dict[str, Any]:
@@ -290,7 +349,9 @@ class Retrieved:
         along ``ranked_ids``. Without a scorer (similarity mode) it is the
         query's cosine similarity with the memory mapped to [0, 1],
         ``(1 + cos) / 2`` (:func:`similarity_score`), and the order is that
-        similarity's.
+        similarity's; under a free order (``RetrieverConfig.free_order``),
+        the order's fitted probability that the memory is evidence, in that
+        order.
       anchored: whether each was scored directly at this query.
       calls: pairs sent to the scorer for this query (unpaid before).
       cache_hits: anchors answered from scores paid earlier.
@@ -298,7 +359,8 @@ class Retrieved:
         count as not observed, never as a made-up score.
       budget: the policy's direct-scoring budget for this query.
       query_index: this query's index in the retriever's life.
-      ranked_ids: the same memories best first (ties: higher similarity first).
+      ranked_ids: the same memories best first (ties: earlier in the pool's
+        order first).
       rounds: scorer requests this query made (``preset="best"``: 0 to 4
         rounds of growing size, each one batched request; else 1).
     """

@@ -35,7 +35,8 @@ class EarmReranker(BaseNodePostprocessor):
       retriever: the agent's :class:`OnlineRetriever`.
       top_n: nodes to keep (``None``: the retriever's ``top_k``).
       use_node_scores: pass the nodes' similarity scores as the pool's
-        similarity (default), else the retriever's embedder computes it.
+        similarity (default), else the retriever's embedder computes it (a
+        retriever with a free order goes down that order either way).
     """
 
     retriever: Any = Field(description="The agent's OnlineRetriever.")

@@ -13,13 +13,16 @@ default tenant):
 * ``forget(ids)``: deletes memories (never returned again, gone from disk);
 * ``get(ids)``: the memories ``ids``;
 * ``stats()``: memories, queries, scorer calls paid, the calls a reranker
-  scoring every candidate of every query would have paid, and the ranking
-  mode (``"scorer"``, or ``"similarity"`` when the server has no scorer).
+  scoring every candidate of every query would have paid, the ranking
+  mode (``"scorer"``, or ``"similarity"`` when the server has no scorer) and
+  the pool order (``"similarity"``, or ``"free"``: ``earm mcp --free-order``).
 
 A memory's ``score`` in a ``recall`` is in [0, 1]: the scorer's answer where
 it was paid at this query, else the retriever's estimate of it; in similarity
 mode (no scorer, no calls) the cosine similarity of query and memory mapped to
-[0, 1] as ``(1 + cos) / 2``, and the memories are in that similarity's order.
+[0, 1] as ``(1 + cos) / 2``, and the memories are in that similarity's order
+(under a free order: the order's fitted probability that the memory is
+evidence, in that order).
 
 A tenant is a folder ``FOLDER/<tenant>/`` of a
 :class:`~earm_jax.retriever.tenants.TenantRetrievers`: one tenant never sees
@@ -289,15 +292,21 @@ def build_server(
     @server.tool()
     async def stats(tenant: Tenant = None) -> dict[str, Any]:
         """Memories, queries, scorer calls paid, what scoring every candidate
-        of every query would have paid, and the ranking mode ("scorer", or
-        "similarity": no scorer, memories in embedding-similarity order)."""
+        of every query would have paid, the ranking mode ("scorer", or
+        "similarity": no scorer, memories in their pool's order) and the pool
+        order ("similarity", or "free": cosine + word coverage)."""
 
-        async def read(retriever: OnlineRetriever) -> tuple[Any, bool]:
-            return await retriever.ausage(), retriever.similarity_only
+        async def read(retriever: OnlineRetriever) -> tuple[Any, bool, str]:
+            return (
+                await retriever.ausage(),
+                retriever.similarity_only,
+                retriever.config.pool_order,
+            )
 
-        used, similarity_only = await call(tenant, read)
+        used, similarity_only, pool_order = await call(tenant, read)
         return {
             "mode": "similarity" if similarity_only else "scorer",
+            "pool_order": pool_order,
             "memories": used.memories,
             "queries": used.queries,
             "calls_paid": used.calls,

@@ -36,7 +36,8 @@ class EarmReranker(BaseReranker):
       retrievers: one agent's retriever, or a :class:`TenantRetrievers` keyed
         by Mem0 ``user_id``.
       use_mem0_scores: pass Mem0's cosine ``score`` as the pool similarity
-        (default), else the retriever's embedder computes it.
+        (default), else the retriever's embedder computes it (a retriever
+        with a free order goes down that order either way).
     """
 
     def __init__(

@@ -60,10 +60,11 @@ owner lives):
   schedule; the folder lock and the call lock (``serial.py``) beside it.
 
 The calls that change them: ``add``, ``update``, ``delete`` in
-``memory_writes.py``; ``rerank``'s candidates in ``candidates.py``; the
-coroutine twins in ``asynchronous.py`` (its query queue in ``turns.py``);
-settings and answers in ``config.py``, input checks in ``validation.py``, the
-compiled functions in ``compiled.py``. This module assembles them and answers
+``memory_writes.py``; the pools of ``query`` and ``rerank`` in
+``candidates.py`` (their order in ``pool_order.py``); the coroutine twins in
+``asynchronous.py`` (its query queue in ``turns.py``); settings and answers
+in ``config.py``, input checks in ``validation.py``, the compiled functions
+in ``compiled.py``. This module assembles them and answers
 queries: each query is written to the journal first, and the rows, the
 experience and the snapshot schedule take it after the commit.
 """
@@ -98,6 +99,7 @@ from earm_jax.retriever.config import (
 from earm_jax.retriever.experience import PayRound
 from earm_jax.retriever.memory_writes import MemoryWrites
 from earm_jax.retriever.paying import failure_kind
+from earm_jax.retriever.pool_order import shown_free_order
 from earm_jax.retriever.recovery import Recovery
 from earm_jax.retriever.serial import FairLock, serialized
 from earm_jax.retriever.validation import (
@@ -369,7 +371,11 @@ class OnlineRetriever(Recovery, MemoryWrites, CandidatePools, AsyncRetrieving):
             # With no answer anywhere the completion knows nothing: similarity
             # is the only evidence, so it both ranks and is shown.
             scores = np.asarray(query.similarity, np.float32)
-            shown = similarity_score(query.similarity)
+            shown = (
+                similarity_score(query.similarity)
+                if self.config.free_order is None
+                else shown_free_order(query.similarity)
+            )
             budget = 0
         valid = np.asarray(query.valid)
         candidates = np.asarray(query.candidates)
@@ -435,21 +441,6 @@ class OnlineRetriever(Recovery, MemoryWrites, CandidatePools, AsyncRetrieving):
             raise ValueError("the retriever holds no memory yet: add() some first")
         return text, k, where
 
-    def _query_pool(self, vector: np.ndarray, where: Mapping | None) -> Query:
-        """The candidate pool of a query embedding: its most similar memories
-        among those matching ``where`` (a one-line error if there is none)."""
-        if not self.rows.row_of:
-            raise ValueError("the retriever holds no memory yet: add() some first")
-        pool = self._pool_from_vector(vector, where)
-        if not bool(np.asarray(pool.valid).any()):
-            raise ValueError(f"no memory matches where={dict(where or {})!r}")
-        return pool
-
-    def _pool_from_vector(self, vector: np.ndarray, where: Mapping | None) -> Query:
-        return self.rows.similarity_pool(
-            vector, where, self.experience.visible_rows, self.config.pool_size
-        )
-
     @serialized
     def query(
         self, text: str, k: int | None = None, where: Mapping | None = None
@@ -466,7 +457,9 @@ class OnlineRetriever(Recovery, MemoryWrites, CandidatePools, AsyncRetrieving):
         """
         text, k, where = self._checked_query(text, k, where)
         vector = self._embed_queries([text], "query")[0]
-        return self._answer(text, self._query_pool(vector, where), k, vector=vector)
+        return self._answer(
+            text, self._query_pool(text, vector, where), k, vector=vector
+        )
 
     def _answer(
         self,
@@ -553,7 +546,10 @@ class OnlineRetriever(Recovery, MemoryWrites, CandidatePools, AsyncRetrieving):
           query: the query text.
           candidates: up to ``pool_size`` entries, each a dict with ``id`` and
             ``text`` (optional ``score``: the retriever's similarity, else
-            cosine with this retriever's embedder; optional ``metadata``), or
+            cosine with this retriever's embedder, orders the pool; under a
+            free order the pool goes down that order, which reads this
+            embedder's cosine, and ``score`` is only checked; optional
+            ``metadata``), or
             an ``(id, text)`` pair. Unknown ids are added on first sight; a
             known id with a new text is updated first (an edit: a new version
             with no evidence), and new metadata replaces the stored one.
@@ -564,6 +560,7 @@ class OnlineRetriever(Recovery, MemoryWrites, CandidatePools, AsyncRetrieving):
         vector = self._embed_queries([query], "query")[0]
         self._register_candidates(parsed)
         pool = self._candidate_pool(
+            query,
             [p[0] for p in parsed],
             None if parsed[0][2] is None else [p[2] for p in parsed],
             vector,
@@ -588,7 +585,10 @@ class OnlineRetriever(Recovery, MemoryWrites, CandidatePools, AsyncRetrieving):
         if not self.rows.row_of:
             raise ValueError("the retriever holds no memory yet: add() some first")
         vectors = self._embed_queries(texts, "texts")
-        pools = [self._pool_from_vector(v, None) for v in vectors]
+        pools = [
+            self._pool_from_vector(text, vector, None)
+            for text, vector in zip(texts, vectors, strict=True)
+        ]
         experience = self.experience
         if experience.ledger is not None or self.similarity_only:
             # The best preset's rounds depend on the answers of earlier rounds:

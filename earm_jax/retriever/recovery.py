@@ -95,6 +95,7 @@ class Recovery:
             if config is None:  # a new folder takes the defaults
                 runtime = RetrieverConfig(**overrides)
             self.config = runtime
+            self._check_free_order(embedder)
             identity = self._embedder_identity(embedder)
             with journal.transaction() as db:
                 journal.set_meta(db, "format", FORMAT)
@@ -122,6 +123,9 @@ class Recovery:
             if isinstance(stored, dict) and "stop_rule" not in stored:
                 # Folders made before the option settled queries.
                 stored = {**stored, "stop_rule": "settle_or_spill"}
+            if isinstance(stored, dict) and "free_order" not in stored:
+                # Folders made before the option went down the similarity order.
+                stored = {**stored, "free_order": None}
             try:
                 base = RetrieverConfig(**stored)
             except (TypeError, ValueError) as error:
@@ -178,6 +182,7 @@ class Recovery:
                     "are never mixed in one matrix; use a new folder for this scorer"
                 )
             self._check_embedder(embedder)
+            self._check_free_order(embedder)
         self.payer = ScorerPath(scorer, scorer_key, journal, self.config.scorer_timeout)
         if self.config.query_retention == "none":
             journal.keep_scores_in_memory()
@@ -242,6 +247,21 @@ class Recovery:
             "width": int(vectors.shape[1]),
             "probe": [float(x) for x in vectors[0]],
         }
+
+    def _check_free_order(self, embedder) -> None:
+        """Refuses a free order fitted on another sentence encoder's cosine
+        than the embedder's (its weights would mean something else)."""
+        order = self.config.free_order
+        if order is None or not self._verify_embedder:
+            return
+        identity = getattr(embedder, "identity", None)
+        if identity != order.embedding_model:
+            named = "names none" if identity is None else f"is {identity!r}"
+            raise ValueError(
+                f"the free order (RetrieverConfig.free_order) was fitted on the "
+                f"cosine of {order.embedding_model!r}; this embedder's identity "
+                f"{named}: pass that sentence encoder"
+            )
 
     def _check_embedder(self, embedder) -> None:
         """Refuses an embedder other than the folder's (recorded at creation;

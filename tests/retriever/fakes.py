@@ -11,6 +11,7 @@ import numpy as np
 
 from earm_jax.retriever import RetrieverConfig
 from earm_jax.scoring.base import PairScore, ScorerIdentity
+from earm_jax.scoring.similarity_blend import SimilarityBlend
 
 # A small retriever for tests: compiles fast, grows and snapshots often.
 CONFIG = RetrieverConfig(
@@ -48,6 +49,24 @@ class HashEmbedder:
             norm = np.linalg.norm(out[i])
             out[i] = out[i] / norm if norm > 0 else np.eye(self.width)[0]
         return out
+
+
+class NamedHashEmbedder(HashEmbedder):
+    """A :class:`HashEmbedder` that names itself, as a free order asks."""
+
+    identity = "hash-64"
+
+
+FREE_ORDER = SimilarityBlend(
+    logit_weight=0.0,
+    similarity_weight=-1.0,
+    shift=0.5,
+    embedding_model=NamedHashEmbedder.identity,
+    coverage_weight=6.0,
+)
+"""A free order for the hash embedder: word coverage first and, among equal
+coverage, the *less* similar first (an order the similarity order never
+gives, so a pool left in that order fails a test)."""
 
 
 class KeywordScorer:

@@ -23,7 +23,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fakes import HashEmbedder, KeywordScorer, memories, queries  # noqa: E402
+from fakes import (  # noqa: E402
+    FREE_ORDER,
+    KeywordScorer,
+    NamedHashEmbedder,
+    memories,
+    queries,
+)
 
 from earm_jax.retriever import OnlineRetriever, RetrieverConfig  # noqa: E402
 
@@ -40,6 +46,8 @@ CONFIG = RetrieverConfig(
     # multi-round queries to what a kill may interrupt.
     preset=os.environ.get("EARM_KILL_PRESET", "paper"),
     call_budget=0.5,  # best only: ~4 calls a query, so kills land mid-round
+    # A pool re-sorted before its query is recorded: what a kill may cut.
+    free_order=FREE_ORDER if os.environ.get("EARM_KILL_FREE_ORDER") == "1" else None,
 )
 
 
@@ -222,7 +230,7 @@ def main() -> None:
                 lines.append(json.loads(text))
     log = open(log_path, "a", encoding="utf-8")
     scorer = LoggingScorer(paid_path, worker)
-    retriever = OnlineRetriever(folder, scorer, HashEmbedder(), CONFIG)
+    retriever = OnlineRetriever(folder, scorer, NamedHashEmbedder(), CONFIG)
     verdict = check_last_batch(  # before any scoring
         retriever, paid_path, worker, possibly_forgotten(lines)
     )

@@ -18,7 +18,7 @@ def library_then_retriever(retriever, policy, carry, ask: str, scorer):
     retriever's answer, the memory ids the policy paid for)``; checks the
     retriever paid as many pairs."""
     vector = retriever._embed_queries([ask], "query")[0]
-    pool = retriever._query_pool(vector, None)
+    pool = retriever._query_pool(ask, vector, None)
     rows = np.asarray(pool.candidates)
     answers = np.asarray(
         [scorer.value(ask, retriever.rows.texts[r]) for r in rows], np.float32

@@ -129,7 +129,7 @@ def test_top_similarity_scores_the_most_similar_candidates(tmp_path):
             answer = agent.query(ask)
             assert answer.budget == 3  # ceil(0.25 * 12), from the first query on
             assert answer.calls + answer.cache_hits == 3
-            pool = agent._pool_from_vector(HashEmbedder().embed([ask])[0], None)
+            pool = agent._pool_from_vector(ask, HashEmbedder().embed([ask])[0], None)
             most_similar = {
                 agent.rows.texts[r] for r in np.asarray(pool.candidates)[:3]
             }

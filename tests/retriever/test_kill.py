@@ -93,6 +93,8 @@ def _wait_for_progress(log: Path, before: int, timeout: float = 60.0) -> None:
         pytest.param(
             "learned_calls", BEST_TRIALS, 2.5, 20, id="learned_calls-6-2.5-20"
         ),
+        # Every pool re-sorted by a free order before its query is recorded.
+        pytest.param("best+free", 3, 2.5, 10, id="best-free-order"),
         # The fast tier's few kills; the runs above are the soak.
         pytest.param("paper", 3, 0.8, 5, marks=pytest.mark.basics, id="basics"),
     ],
@@ -102,7 +104,9 @@ def test_kill_9_at_random_moments_loses_nothing(
 ):
     folder, log, paid = tmp_path / "agent", tmp_path / "log.jsonl", tmp_path / "paid"
     env = dict(os.environ)
+    preset, _, order = preset.partition("+")
     env["EARM_KILL_PRESET"] = preset
+    env["EARM_KILL_FREE_ORDER"] = "1" if order == "free" else "0"
     env["PYTHONPATH"] = os.pathsep.join(
         [str(Path(__file__).parents[2]), env.get("PYTHONPATH", "")]
     )
