@@ -28,7 +28,9 @@ VERDICTS = {
 
 FREE_ORDER_ADVICE = {
     "go_down_it": "go down the build's free order (`earm locomo --pool-order "
-    "free`): its top beats the top of the similarity order at this cap",
+    "free`; in the retriever `RetrieverConfig(free_order=free_order_from(BUILD))`"
+    ", `earm mcp --free-order BUILD`): its top beats the top of the similarity "
+    "order at this cap",
     "keep_similarity": "keep the similarity order: the top of the build's free "
     "order is behind it at this cap",
     "no_difference": "either order: the tops of the two are within the noise at "

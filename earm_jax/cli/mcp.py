@@ -101,17 +101,25 @@ def _scorer(
     name: str | None,
     mode: str,
     backend: str = "torch-float32",
+    embedder=None,
+    blend: bool = True,
 ):
     """The scorer :func:`check_scorer` accepted; ``None`` (similarity mode)
     when the flags name none. ``model`` is a model folder or a trained-scorer
     build's folder, as ``earm locomo --scorer-model`` takes: a build serves the
-    fold it names for new data (said on stderr)."""
+    fold it names for new data (said on stderr). With ``blend``, a folder's
+    similarity blend is applied as ``earm locomo`` applies it (``embedder``:
+    the sentence encoder whose cosine it reads)."""
     if model is not None:
         from earm_jax.scoring.cross_encoder import (
             CrossEncoderScorer,
             CrossEncoderSettings,
         )
-        from earm_jax.scoring.scorer_manifest import MANIFEST_NAME, open_scorer_folder
+        from earm_jax.scoring.scorer_manifest import (
+            MANIFEST_NAME,
+            open_scorer_folder,
+            with_folder_blend,
+        )
 
         with user_errors("pass a one-label cross-encoder folder"):
             choice = open_scorer_folder(model).for_new_data()
@@ -123,10 +131,16 @@ def _scorer(
                     "serve another)",
                     file=sys.stderr,
                 )
-            return CrossEncoderScorer(
+            scorer = CrossEncoderScorer(
                 choice.folder,
                 CrossEncoderSettings(backend=backend),  # type: ignore[arg-type]
             )
+        if not blend:
+            return scorer
+        with user_errors(
+            "pass --embedder the folder's blend was fitted with, or --no-scorer-blend"
+        ):
+            return with_folder_blend(scorer, choice.folder, embedder)
     if url is None:
         return None
     from earm_jax.scoring.vllm import ScorerConfigError, connect
@@ -308,6 +322,16 @@ def register(app: typer.Typer) -> None:
                 "Recall@10 at or below Semantic's (refused by default).",
             ),
         ] = False,
+        scorer_blend: Annotated[
+            bool,
+            typer.Option(
+                help="Blend --scorer-model's answers with the cosine and word "
+                "coverage as its folder's similarity_blend.json says (what "
+                "`earm locomo` measures); --no-scorer-blend serves the "
+                "cross-encoder alone (tenants created before the blend was "
+                "served hold its experience).",
+            ),
+        ] = True,
         scorer_mode: ScorerMode = "yesno",
         scorer_backend: ScorerBackend = None,
         scorer_dtype: ScorerDtype = None,
@@ -374,6 +398,17 @@ def register(app: typer.Typer) -> None:
                 "hash-only, or the tenant's stored setting).",
             ),
         ] = None,
+        free_order: Annotated[
+            Path | None,
+            typer.Option(
+                help="Go down a free order (cosine + word coverage, known before "
+                "any call) instead of the similarity order: a model folder or "
+                "`earm train-scorer` build holding free_order.json (the fold it "
+                "serves), or that file. With --preset (default best), new tenant "
+                "folders are created with it; an existing tenant created with "
+                "other settings is refused.",
+            ),
+        ] = None,
         key_file: Annotated[
             Path | None,
             typer.Option(
@@ -411,6 +446,15 @@ def register(app: typer.Typer) -> None:
         backend = resolve_scorer_backend(scorer_backend, scorer_dtype)
         check_scorer(scorer_model, scorer_url, scorer_name, backend, force_weak_scorer)
         check_retriever_flags(preset, query_retention)
+        order = None
+        if free_order is not None:
+            from earm_jax.scoring.scorer_manifest import free_order_from
+
+            with user_errors(
+                "pass a folder `earm train-scorer` wrote (word coverage on), or "
+                "its free_order.json"
+            ):
+                order = free_order_from(free_order)
         new_key = check_key_file(key_file, folder)
         root_lock = _lock_root(folder)
         try:
@@ -425,9 +469,6 @@ def register(app: typer.Typer) -> None:
                     "(without it no tenant folder opens)",
                     file=sys.stderr,
                 )
-            scorer = _scorer(
-                scorer_model, scorer_url, scorer_name, scorer_mode, backend
-            )
             # Each tenant caches its embeddings in its own folder, and `forget`
             # purges them there; a cache shared by every tenant (which an
             # earlier version kept here) would keep a forgotten text's digest
@@ -442,13 +483,24 @@ def register(app: typer.Typer) -> None:
                 )
             with user_errors("pass a sentence-transformers folder to --embedder"):
                 text_embedder = Embedder(embedder, cache_dir=False)
+            scorer = _scorer(
+                scorer_model,
+                scorer_url,
+                scorer_name,
+                scorer_mode,
+                backend,
+                text_embedder,
+                scorer_blend,
+            )
             from earm_jax.retriever.config import RetrieverConfig
 
             tenants = TenantRetrievers(
                 folder,
                 scorer,
                 text_embedder,
-                None if preset is None else RetrieverConfig(preset=preset),
+                None
+                if preset is None and order is None
+                else RetrieverConfig(preset=preset or "best", free_order=order),
                 max_open=max_open_tenants,
                 max_tenants=max_tenants,
                 embedding_cache=True,

@@ -195,9 +195,23 @@ def model_scorer(
       ValueError: not a model folder, or an embedder other than the blend's.
     """
     from .cross_encoder import CrossEncoderScorer
-    from .similarity_blend import BlendedScorer, load_blend
 
     scorer = CrossEncoderScorer(folder, settings, cache_dir=cache_dir)
+    return with_folder_blend(scorer, folder, embedder)
+
+
+def with_folder_blend(
+    scorer: Any, folder: str | os.PathLike[str], embedder: Any = None
+) -> Any:
+    """``scorer`` (the model of ``folder``) blended with the cosine similarity
+    as the folder's similarity blend says, or as it is when the folder holds
+    none (``embedder`` as in :func:`model_scorer`).
+
+    Raises:
+      ValueError: an embedder other than the blend's.
+    """
+    from .similarity_blend import BlendedScorer, load_blend
+
     blend = load_blend(folder)
     if blend is None:
         return scorer
@@ -206,6 +220,37 @@ def model_scorer(
 
         embedder = Embedder()
     return BlendedScorer(scorer, blend, embedder)
+
+
+def free_order_from(path: str | os.PathLike[str]) -> Any:
+    """The free order a build fitted (``RetrieverConfig.free_order``): from a
+    model folder's ``free_order.json``, a trained-scorer build's (the fold it
+    serves for new data, as :func:`model_scorer` of that fold), or that file.
+
+    Raises:
+      ValueError: nothing at ``path``, or it holds no free order (a build with
+        ``--no-word-coverage`` fits none).
+    """
+    from .similarity_blend import FREE_ORDER_FILE, SimilarityBlend, load_blend
+
+    given = Path(path).expanduser()
+    if given.is_file():
+        try:
+            data = json.loads(given.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"{str(given)!r} cannot be read: {error}") from error
+        try:
+            return SimilarityBlend.from_json(data)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{str(given)!r}: {error}") from error
+    folder = open_scorer_folder(given).for_new_data().folder
+    order = load_blend(folder, FREE_ORDER_FILE)
+    if order is None:
+        raise ValueError(
+            f"{str(folder)!r} holds no {FREE_ORDER_FILE}: `earm train-scorer` "
+            "fits one unless --no-word-coverage"
+        )
+    return order
 
 
 def open_scorer_folder(path: str | os.PathLike[str]) -> TrainedScorerFolder:
@@ -306,6 +351,8 @@ __all__ = [
     "InSampleError",
     "TrainedScorerFolder",
     "WeakScorerError",
+    "free_order_from",
     "model_scorer",
     "open_scorer_folder",
+    "with_folder_blend",
 ]

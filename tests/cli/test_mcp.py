@@ -5,8 +5,8 @@ server with SIGKILL mid-recall and restarts it with nothing acknowledged lost.
 Over HTTP: no valid bearer token is 401, a token reaches only its tenants, a
 foreign Host or Origin is refused, 1,000 tenant names open at most the cap and
 create at most --max-tenants folders, a second server on the folder is one
-line. --preset, --query-retention and --key-file reach every tenant (refused
-combinations are one line before the server starts). The scorer is an
+line. --preset, --query-retention, --free-order and --key-file reach every
+tenant (refused combinations are one line before the server starts). The scorer is an
 in-process cross-encoder folder (tiny, random weights: the protocol is tested
 here, not the ranking); without one the server runs in similarity mode and
 says so; a trained-scorer folder whose manifest measured it below similarity
@@ -355,6 +355,103 @@ def test_similarity_mode_says_so_and_calls_no_scorer(
     assert scores == sorted(scores, reverse=True)  # best first: by similarity
 
 
+def test_a_free_order_reaches_the_tenants_and_recall_goes_down_it(
+    tmp_path, locomo_turns, compilation_cache
+):
+    """``--free-order FILE`` (the real build's free order of a fold that never
+    saw conversation 26): the tenant is created with it, and a recall in
+    similarity mode is the top of that order written out, each memory shown
+    the order's probability."""
+    import json
+
+    import numpy as np
+
+    from earm_jax.scoring.recorded_answers import RecordedAnswers
+    from earm_jax.scoring.word_coverage import word_coverage
+    from earm_jax.store.embeddings import Embedder
+
+    require_extra("wordfreq")
+    order = RecordedAnswers.load(
+        REPO / "experiments/scores/turns-500steps-bf16-coverage-scores.npz"
+    ).free_order_of("26")
+    file = tmp_path / "free_order.json"
+    file.write_text(json.dumps(order.to_json()))
+    turns, questions = locomo_turns
+    memories = turns[:30]
+    folder = tmp_path / "memory"
+    process, url = _start_http(
+        folder, None, compilation_cache, "--no-auth", "--free-order", str(file)
+    )
+
+    async def session() -> tuple[dict, dict]:
+        async with Client(url, read_timeout_seconds=TIMEOUT_S) as client:
+            for text in memories:
+                reply = await client.call_tool("remember", {"text": text})
+                assert not reply.is_error, reply.content
+            recall = await client.call_tool("recall", {"query": questions[0], "k": 5})
+            assert not recall.is_error, recall.content
+            stats = await client.call_tool("stats", {})
+            return recall.structured_content, stats.structured_content
+
+    try:
+        recall, stats = asyncio.run(session())
+    finally:
+        process.terminate()
+        process.wait(30)
+    assert stats["pool_order"] == "free" and stats["mode"] == "similarity"
+    stored, _, _ = _stored(folder / "default")
+    assert stored["free_order"] == order.to_json()
+    embedder = Embedder(cache_dir=False)
+    cosine = embedder.embed(memories) @ embedder.embed([questions[0]])[0]
+    key = (
+        order.similarity_weight * cosine
+        + order.coverage_weight * word_coverage(questions[0], memories)
+        + order.shift
+    )
+    top = np.argsort(-key)[:5]
+    assert [m["text"] for m in recall["memories"]] == [memories[i] for i in top]
+    shown = [m["score"] for m in recall["memories"]]
+    np.testing.assert_allclose(shown, 1 / (1 + np.exp(-key[top])), atol=1e-4)
+
+
+def test_a_folders_similarity_blend_is_served_unless_asked_not_to(
+    tmp_path, scorer_model
+):
+    """``--scorer-model`` serves what ``earm locomo`` measures: the model's
+    answers blended as its folder's similarity_blend.json says (none: the
+    model alone); ``--no-scorer-blend`` serves the model alone; a blend fitted
+    on another encoder is one line naming the way out."""
+    import shutil
+
+    from earm_jax.cli.errors import UserError
+    from earm_jax.cli.mcp import _scorer
+    from earm_jax.scoring.similarity_blend import (
+        BlendedScorer,
+        SimilarityBlend,
+        write_blend,
+    )
+    from earm_jax.store.embeddings import Embedder
+
+    model = tmp_path / "model"
+    shutil.copytree(scorer_model, model)
+    embedder = Embedder(cache_dir=False)
+
+    def served(blend: bool = True):
+        return _scorer(model, None, None, "yesno", "torch-float32", embedder, blend)
+
+    assert not isinstance(served(), BlendedScorer)  # the folder has no blend
+    blend = SimilarityBlend(0.8, 2.0, -1.0, embedder.identity, coverage_weight=3.0)
+    write_blend(model, blend)
+    blended = served()
+    assert isinstance(blended, BlendedScorer) and blended.blend == blend
+    assert blended.identity.kind == "cross-encoder+similarity"
+    assert not isinstance(served(blend=False), BlendedScorer)
+    write_blend(model, SimilarityBlend(0.8, 2.0, -1.0, "another-encoder"))
+    with pytest.raises(UserError, match="another-encoder") as refused:
+        served()
+    assert "--no-scorer-blend" in refused.value.fix
+
+
 def test_a_weak_trained_scorer_is_refused_unless_forced(
     tmp_path, scorer_model, compilation_cache
 ):
@@ -645,6 +742,7 @@ def test_retriever_flags_are_checked_before_the_server_starts(tmp_path, capsys):
         (["--query-retention", "none"], "--preset best pays where"),
         (["--preset", "fancy"], "--preset must be one of"),
         (["--query-retention", "forever"], "--query-retention must be one of"),
+        (["--free-order", str(tmp_path / "nowhere")], "does not exist"),
         (["--key-file", str(folder / "tenants.key")], "is inside"),
         (["--key-file", str(loose)], "can be read or written by others"),
     ):

@@ -13,7 +13,13 @@ from earm_jax.cli.main import run
 from earm_jax.scoring.scorer_manifest import (
     FOLD_RECORD,
     MANIFEST_FORMAT,
+    free_order_from,
     open_scorer_folder,
+)
+from earm_jax.scoring.similarity_blend import (
+    FREE_ORDER_FILE,
+    SimilarityBlend,
+    write_blend,
 )
 
 
@@ -70,6 +76,27 @@ def test_the_working_folder_inside_a_fold_is_that_fold(tmp_path, monkeypatch):
     build = _build(tmp_path / "build", FOLDS)
     monkeypatch.chdir(build / "fold-0")
     assert open_scorer_folder(".").choose("conv-a").in_sample
+
+
+def test_the_free_order_of_a_build_is_the_fold_it_serves(tmp_path):
+    build = _build(tmp_path / "build", FOLDS)
+    orders = {
+        name: SimilarityBlend(0.0, 5.0 + i, -10.0, "m", coverage_weight=9.0)
+        for i, name in enumerate(FOLDS)
+    }
+    for name, order in orders.items():
+        write_blend(build / name, order, FREE_ORDER_FILE)
+    assert free_order_from(build) == orders["fold-0"]  # the fold new data gets
+    assert free_order_from(build / "fold-1") == orders["fold-1"]
+    assert free_order_from(build / "fold-1" / FREE_ORDER_FILE) == orders["fold-1"]
+    (build / "fold-0" / FREE_ORDER_FILE).unlink()
+    with pytest.raises(ValueError, match="holds no free_order.json"):
+        free_order_from(build)
+    (tmp_path / "bad.json").write_text('{"format": "something else"}')
+    with pytest.raises(ValueError, match="bad.json'?: not a similarity blend"):
+        free_order_from(tmp_path / "bad.json")
+    with pytest.raises(ValueError, match="does not exist"):
+        free_order_from(tmp_path / "nowhere")
 
 
 def test_earm_mcp_serves_a_build_by_its_first_fold(tmp_path, capsys):
