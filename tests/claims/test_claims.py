@@ -241,3 +241,35 @@ def test_going_down_the_free_order_beats_the_similarity_order(
                 f"{ci['high']:+.4f}]"
             )
     assert not problems, "\n".join(problems)
+
+
+def test_the_retriever_gets_what_the_harness_measured(
+    tmp_path, embedding_cache_dir, locomo_path
+):
+    """docs/when-earm-pays.md, "In the retriever": the agent-facing retriever
+    fed the recorded answers (turns, 10% of the calls): `best` down the free
+    order beats it down the similarity order (paired 95% CI above 0), and
+    each is within 0.01 of what `earm locomo` measured on the same answers."""
+    source = "experiments/results/retriever_recorded_turns_cap010.json"
+    committed, fresh = _rerun(source, tmp_path, embedding_cache_dir, locomo_path)
+    problems = []
+    (before,), (after,) = committed["caps"], fresh["caps"]
+    for order in ("similarity_order", "free_order"):
+        was, now = before["best"][order], after["best"][order]
+        if abs(now - was) > TOLERANCE:
+            problems.append(
+                f"{source}: best down the {order} committed {was:.4f}, rerun {now:.4f}"
+            )
+        measured = after["harness_best"][order]
+        if abs(now - measured) > 0.01:
+            problems.append(
+                f"{source}: best down the {order} {now:.4f} in the retriever, "
+                f"{measured:.4f} in earm locomo"
+            )
+    gain = after["best"]["free_minus_similarity"]
+    if gain["low"] <= 0.0:
+        problems.append(
+            f"{source}: free − similarity order no longer above 0: 95% CI "
+            f"[{gain['low']:+.4f}, {gain['high']:+.4f}]"
+        )
+    assert not problems, "\n".join(problems)

@@ -2,9 +2,10 @@
 acknowledged write is there, no paid score is lost or paid twice.
 
 The default run kills 15 workers of the paper preset and 6 each of the best
-and learned_calls presets: nearly every kill lands inside an operation (mostly
-a query, scoring in flight, some a query_many, an add or an update), and the
-early workers already pay for more pairs than the test asks. A longer soak:
+(its pools in a free order) and learned_calls presets: nearly every kill
+lands inside an operation (mostly a query, scoring in flight, some a
+query_many, an add or an update), and the early workers already pay for more
+pairs than the test asks. A longer soak:
 ``EARM_KILL_TRIALS=200 EARM_KILL_TRIALS_BEST=60 pytest tests/retriever/test_kill.py``.
 """
 
@@ -88,13 +89,12 @@ def _wait_for_progress(log: Path, before: int, timeout: float = 60.0) -> None:
     # best's first query after a start takes ~1 s (its rounds), so it waits longer.
     [
         ("paper", TRIALS, 0.8, 50),
-        ("best", BEST_TRIALS, 2.5, 20),
+        # best's pools re-sorted by a free order before each query is recorded.
+        pytest.param("best+free", BEST_TRIALS, 2.5, 20, id="best-free-order"),
         # Learned calls add the regression rebuilt from the queries' records.
         pytest.param(
             "learned_calls", BEST_TRIALS, 2.5, 20, id="learned_calls-6-2.5-20"
         ),
-        # Every pool re-sorted by a free order before its query is recorded.
-        pytest.param("best+free", 3, 2.5, 10, id="best-free-order"),
         # The fast tier's few kills; the runs above are the soak.
         pytest.param("paper", 3, 0.8, 5, marks=pytest.mark.basics, id="basics"),
     ],
