@@ -71,8 +71,9 @@ class RetrieverConfig(EarmSettings):
     alone (``logit_weight`` 0) that re-sorts every pool, before any call, by
     ``similarity_weight * cos + coverage_weight * word coverage + shift``
     (:mod:`earm_jax.retriever.pool_order`). ``earm train-scorer`` fits one
-    next to each model (``free_order.json``:
-    ``load_blend(folder, FREE_ORDER_FILE)``); with a strong scorer on LoCoMo
+    next to each model (``free_order.json``; read it with
+    :func:`~earm_jax.scoring.scorer_manifest.free_order_from` of the model
+    folder or the build); with a strong scorer on LoCoMo
     turns every preset then pays for the evidence that shares the question's
     words but not its sentence embedding (docs/when-earm-pays.md). Its
     ``embedding_model`` must be the embedder's ``identity``: the weights were

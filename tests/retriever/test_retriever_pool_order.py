@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from optional_extras import require_extra
 
-from earm_jax.retriever import OnlineRetriever, RetrieverConfig
+from earm_jax.retriever import OnlineRetriever, RetrieverConfig, check
 from earm_jax.scoring.word_coverage import word_coverage
 from earm_jax.store.journal import RowDigests
 
@@ -184,6 +184,9 @@ def test_a_crash_replays_the_free_order_bit_for_bit(tmp_path):
         assert again.config.free_order == FREE
         answers += [again.query(q) for q in asks[7:]]
         assert _same_tree(again.state, state) and _same_tree(again.ledger, ledger)
+    # The deep check replays every recorded pool as it went down it.
+    report = check(tmp_path / "b", deep=True)
+    assert report.ok, report.problems
     for got, want in zip(answers, expected, strict=True):
         assert (got.memory_ids, got.scores, got.calls) == (
             want.memory_ids,
