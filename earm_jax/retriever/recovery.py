@@ -176,10 +176,25 @@ class Recovery:
                     "this scorer"
                 )
             if stored_scorer != scorer_key:
+                # A blended scorer (model_scorer, earm mcp --scorer-model) over
+                # the very model a folder was created with alone.
+                inner = getattr(scorer, "inner", None)
+                unblended = (
+                    inner is not None
+                    and getattr(inner, "identity", None) is not None
+                    and inner.identity.key() == stored_scorer
+                )
                 raise ValueError(
                     f"{self.directory} holds the experience of scorer "
                     f"{stored_scorer!r}, not {scorer_key!r}: scores of two scorers "
-                    "are never mixed in one matrix; use a new folder for this scorer"
+                    "are never mixed in one matrix; "
+                    + (
+                        "it holds this model's answers without the similarity "
+                        "blend: open it with the model alone (earm mcp "
+                        "--no-scorer-blend; CrossEncoderScorer, not model_scorer)"
+                        if unblended
+                        else "use a new folder for this scorer"
+                    )
                 )
             self._check_embedder(embedder)
             self._check_free_order(embedder)

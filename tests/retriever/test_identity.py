@@ -17,7 +17,14 @@ from earm_jax.retriever import OnlineRetriever, RetrieverConfig
 from earm_jax.store.journal import RowDigests
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fakes import CONFIG, HashEmbedder, KeywordScorer, memories, queries  # noqa: E402
+from fakes import (  # noqa: E402
+    CONFIG,
+    HashEmbedder,
+    KeywordScorer,
+    NamedHashEmbedder,
+    memories,
+    queries,
+)
 
 
 class OtherModel(HashEmbedder):
@@ -190,3 +197,20 @@ def test_keeping_no_query_is_judged_by_the_settings_the_folder_runs_under(tmp_pa
         OnlineRetriever(tmp_path / "b", KeywordScorer(), HashEmbedder(), runtime=none)
     journal = tmp_path / "b" / "journal.sqlite"
     assert not journal.exists() or journal.stat().st_size == 0
+
+
+def test_a_folder_of_the_model_alone_names_the_blend_when_opened_blended(tmp_path):
+    """A folder created with a model's answers alone, opened with that model
+    blended with the cosine (model_scorer, earm mcp --scorer-model): refused
+    as another scorer, naming the way to open it."""
+    from earm_jax.scoring.similarity_blend import BlendedScorer, SimilarityBlend
+
+    with OnlineRetriever(tmp_path, KeywordScorer(), NamedHashEmbedder(), CONFIG) as a:
+        a.add(memories(8))
+    blend = SimilarityBlend(0.8, 2.0, -1.0, NamedHashEmbedder.identity)
+    blended = BlendedScorer(KeywordScorer(), blend, NamedHashEmbedder())
+    with pytest.raises(ValueError, match="without the similarity blend.*--no-scorer"):
+        OnlineRetriever(tmp_path, blended, NamedHashEmbedder(), None)
+    other = BlendedScorer(KeywordScorer("another"), blend, NamedHashEmbedder())
+    with pytest.raises(ValueError, match="use a new folder for this scorer"):
+        OnlineRetriever(tmp_path, other, NamedHashEmbedder(), None)
