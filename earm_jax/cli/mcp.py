@@ -19,6 +19,7 @@ from earm_jax.cli.options import (
     ScorerMode,
 )
 from earm_jax.cli.options import scorer_backend as resolve_scorer_backend
+from earm_jax.cli.served_scorer import check_scorer, served_scorer
 
 _HOST_PORT = re.compile(r"(?P<host>[^:]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})")
 
@@ -42,111 +43,6 @@ SIMILARITY_MODE_NOTE = (
     "most similar to the query (score (1 + cosine) / 2) and calls no scorer; "
     "pass --scorer-model DIR or --scorer-url URL to rerank"
 )
-
-
-def check_scorer(
-    model: Path | None,
-    url: str | None,
-    name: str | None,
-    backend: str = "torch-float32",
-    force_weak: bool = False,
-) -> None:
-    """Checks the scorer flags (nothing is loaded or created): one scorer or
-    none (similarity mode), and a trained-scorer folder its manifest does not
-    measure at or below similarity, unless ``force_weak``."""
-    if model is not None and url is not None:
-        raise UserError(
-            "--scorer-model and --scorer-url contradict",
-            "pass one of them (or neither, for similarity mode)",
-        )
-    if model is None and url is None:
-        if name or backend != "torch-float32" or force_weak:
-            raise UserError(
-                "--scorer-name, --scorer-backend and --force-weak-scorer need a scorer",
-                "add --scorer-model DIR or --scorer-url URL, or drop them",
-            )
-        return
-    if model is not None:
-        from earm_jax.scoring.scorer_manifest import (
-            WeakScorerError,
-            open_scorer_folder,
-        )
-
-        with user_errors("pass a one-label cross-encoder folder"):
-            folder = open_scorer_folder(model)
-        with user_errors("", WeakScorerError):
-            folder.check_strength(force_weak, "--force-weak-scorer")
-        return
-    if force_weak:
-        raise UserError(
-            "--force-weak-scorer is for --scorer-model (a trained-scorer "
-            "folder), not --scorer-url",
-            "drop --force-weak-scorer",
-        )
-    if backend != "torch-float32":
-        raise UserError(
-            f"--scorer-backend {backend} is for --scorer-model (in process), not "
-            "--scorer-url",
-            "drop --scorer-backend (the server picks its own precision)",
-        )
-    if not name:
-        raise UserError(
-            "--scorer-url needs --scorer-name", "the model name the server serves"
-        )
-
-
-def _scorer(
-    model: Path | None,
-    url: str | None,
-    name: str | None,
-    mode: str,
-    backend: str = "torch-float32",
-    embedder=None,
-    blend: bool = True,
-):
-    """The scorer :func:`check_scorer` accepted; ``None`` (similarity mode)
-    when the flags name none. ``model`` is a model folder or a trained-scorer
-    build's folder, as ``earm locomo --scorer-model`` takes: a build serves the
-    fold it names for new data (said on stderr). With ``blend``, a folder's
-    similarity blend is applied as ``earm locomo`` applies it (``embedder``:
-    the sentence encoder whose cosine it reads)."""
-    if model is not None:
-        from earm_jax.scoring.cross_encoder import (
-            CrossEncoderScorer,
-            CrossEncoderSettings,
-        )
-        from earm_jax.scoring.scorer_manifest import (
-            MANIFEST_NAME,
-            open_scorer_folder,
-            with_folder_blend,
-        )
-
-        with user_errors("pass a one-label cross-encoder folder"):
-            choice = open_scorer_folder(model).for_new_data()
-            if (model / MANIFEST_NAME).is_file():
-                print(
-                    f"earm mcp: serving {choice.fold} of the trained-scorer build "
-                    f"{model} ({choice.folder}: your memories are none of the "
-                    "conversations a fold trained on; pass a fold's folder to "
-                    "serve another)",
-                    file=sys.stderr,
-                )
-            scorer = CrossEncoderScorer(
-                choice.folder,
-                CrossEncoderSettings(backend=backend),  # type: ignore[arg-type]
-            )
-        if not blend:
-            return scorer
-        with user_errors(
-            "pass --embedder the folder's blend was fitted with, or --no-scorer-blend"
-        ):
-            return with_folder_blend(scorer, choice.folder, embedder)
-    if url is None:
-        return None
-    from earm_jax.scoring.vllm import ScorerConfigError, connect
-
-    with user_errors("start the server or fix --scorer-url", ScorerConfigError):
-        return connect(url, name, mode)
 
 
 def check_access(
@@ -483,7 +379,7 @@ def register(app: typer.Typer) -> None:
                 )
             with user_errors("pass a sentence-transformers folder to --embedder"):
                 text_embedder = Embedder(embedder, cache_dir=False)
-            scorer = _scorer(
+            scorer = served_scorer(
                 scorer_model,
                 scorer_url,
                 scorer_name,

@@ -266,4 +266,33 @@ def in_daemon_thread(fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
     return future
 
 
-__all__ = ["ScorerPath", "checked_answers", "failure_kind", "in_daemon_thread"]
+def other_scorer(directory: Any, stored: str, scorer: Any, given: str) -> ValueError:
+    """The refusal of a folder holding the experience of scorer key ``stored``
+    opened with ``scorer`` (key ``given``): scores of two scorers never mix.
+    Where ``scorer`` blends the very model the folder holds with the cosine
+    (:class:`~earm_jax.scoring.similarity_blend.BlendedScorer`: ``model_scorer``,
+    ``earm mcp --scorer-model``), it names the way to open it."""
+    inner = getattr(scorer, "inner", None)
+    unblended = (
+        getattr(inner, "identity", None) is not None and inner.identity.key() == stored
+    )
+    way_out = (
+        "it holds this model's answers without the similarity blend: open it "
+        "with the model alone (earm mcp --no-scorer-blend; CrossEncoderScorer, "
+        "not model_scorer)"
+        if unblended
+        else "use a new folder for this scorer"
+    )
+    return ValueError(
+        f"{directory} holds the experience of scorer {stored!r}, not {given!r}: "
+        f"scores of two scorers are never mixed in one matrix; {way_out}"
+    )
+
+
+__all__ = [
+    "ScorerPath",
+    "checked_answers",
+    "failure_kind",
+    "in_daemon_thread",
+    "other_scorer",
+]

@@ -27,6 +27,7 @@ where no scorer is called (similarity mode) a memory is shown
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -71,6 +72,25 @@ def in_free_order(
     return pool_of(rows[ranked], key[ranked].astype(np.float32), valid.size)
 
 
+def check_free_order_encoder(order: SimilarityBlend | None, embedder: Any) -> None:
+    """Refuses a free order fitted on another sentence encoder's cosine than
+    ``embedder``'s (its weights would mean something else).
+
+    Raises:
+      ValueError: ``embedder.identity`` is not ``order.embedding_model``.
+    """
+    if order is None:
+        return
+    identity = getattr(embedder, "identity", None)
+    if identity != order.embedding_model:
+        named = "names none" if identity is None else f"is {identity!r}"
+        raise ValueError(
+            f"the free order (RetrieverConfig.free_order) was fitted on the "
+            f"cosine of {order.embedding_model!r}; this embedder's identity "
+            f"{named}: pass that sentence encoder"
+        )
+
+
 def shown_free_order(key: np.ndarray) -> np.ndarray:
     """:math:`\\sigma(f)`: a free-order logit shown as a score in [0, 1].
 
@@ -81,4 +101,4 @@ def shown_free_order(key: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(np.asarray(key, np.float64) / 2.0))
 
 
-__all__ = ["in_free_order", "shown_free_order"]
+__all__ = ["check_free_order_encoder", "in_free_order", "shown_free_order"]

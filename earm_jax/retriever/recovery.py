@@ -25,7 +25,8 @@ from earm_jax.retriever.config import (
 )
 from earm_jax.retriever.experience import Experience
 from earm_jax.retriever.memory_rows import MemoryRows
-from earm_jax.retriever.paying import ScorerPath, failure_kind
+from earm_jax.retriever.paying import ScorerPath, failure_kind, other_scorer
+from earm_jax.retriever.pool_order import check_free_order_encoder
 from earm_jax.retriever.resident import trim_heap
 from earm_jax.retriever.serial import serialized
 from earm_jax.store.journal import (
@@ -95,7 +96,8 @@ class Recovery:
             if config is None:  # a new folder takes the defaults
                 runtime = RetrieverConfig(**overrides)
             self.config = runtime
-            self._check_free_order(embedder)
+            if self._verify_embedder:
+                check_free_order_encoder(self.config.free_order, embedder)
             identity = self._embedder_identity(embedder)
             with journal.transaction() as db:
                 journal.set_meta(db, "format", FORMAT)
@@ -176,28 +178,10 @@ class Recovery:
                     "this scorer"
                 )
             if stored_scorer != scorer_key:
-                # A blended scorer (model_scorer, earm mcp --scorer-model) over
-                # the very model a folder was created with alone.
-                inner = getattr(scorer, "inner", None)
-                unblended = (
-                    inner is not None
-                    and getattr(inner, "identity", None) is not None
-                    and inner.identity.key() == stored_scorer
-                )
-                raise ValueError(
-                    f"{self.directory} holds the experience of scorer "
-                    f"{stored_scorer!r}, not {scorer_key!r}: scores of two scorers "
-                    "are never mixed in one matrix; "
-                    + (
-                        "it holds this model's answers without the similarity "
-                        "blend: open it with the model alone (earm mcp "
-                        "--no-scorer-blend; CrossEncoderScorer, not model_scorer)"
-                        if unblended
-                        else "use a new folder for this scorer"
-                    )
-                )
+                raise other_scorer(self.directory, stored_scorer, scorer, scorer_key)
             self._check_embedder(embedder)
-            self._check_free_order(embedder)
+            if self._verify_embedder:
+                check_free_order_encoder(self.config.free_order, embedder)
         self.payer = ScorerPath(scorer, scorer_key, journal, self.config.scorer_timeout)
         if self.config.query_retention == "none":
             journal.keep_scores_in_memory()
@@ -262,21 +246,6 @@ class Recovery:
             "width": int(vectors.shape[1]),
             "probe": [float(x) for x in vectors[0]],
         }
-
-    def _check_free_order(self, embedder) -> None:
-        """Refuses a free order fitted on another sentence encoder's cosine
-        than the embedder's (its weights would mean something else)."""
-        order = self.config.free_order
-        if order is None or not self._verify_embedder:
-            return
-        identity = getattr(embedder, "identity", None)
-        if identity != order.embedding_model:
-            named = "names none" if identity is None else f"is {identity!r}"
-            raise ValueError(
-                f"the free order (RetrieverConfig.free_order) was fitted on the "
-                f"cosine of {order.embedding_model!r}; this embedder's identity "
-                f"{named}: pass that sentence encoder"
-            )
 
     def _check_embedder(self, embedder) -> None:
         """Refuses an embedder other than the folder's (recorded at creation;

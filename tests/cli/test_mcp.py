@@ -321,6 +321,29 @@ def test_scorer_flags_are_checked(tmp_path):
     assert not (tmp_path / "m").exists()
 
 
+def _remember_recall_stop(
+    process: subprocess.Popen, url: str, texts: list[str], question: str
+) -> tuple[dict, dict]:
+    """Remembers ``texts`` over HTTP, recalls 5 for ``question``, reads the
+    stats, then stops the server; returns the recall and the stats."""
+
+    async def session() -> tuple[dict, dict]:
+        async with Client(url, read_timeout_seconds=TIMEOUT_S) as client:
+            for text in texts:
+                reply = await client.call_tool("remember", {"text": text})
+                assert not reply.is_error, reply.content
+            recall = await client.call_tool("recall", {"query": question, "k": 5})
+            assert not recall.is_error, recall.content
+            stats = await client.call_tool("stats", {})
+            return recall.structured_content, stats.structured_content
+
+    try:
+        return asyncio.run(session())
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
 def test_similarity_mode_says_so_and_calls_no_scorer(
     tmp_path, locomo_turns, compilation_cache
 ):
@@ -330,21 +353,7 @@ def test_similarity_mode_says_so_and_calls_no_scorer(
     folder = tmp_path / "memory"
     process, url = _start_http(folder, None, compilation_cache)
 
-    async def session() -> tuple[dict, dict]:
-        async with Client(url, read_timeout_seconds=TIMEOUT_S) as client:
-            for text in turns[:20]:
-                reply = await client.call_tool("remember", {"text": text})
-                assert not reply.is_error, reply.content
-            recall = await client.call_tool("recall", {"query": questions[0], "k": 5})
-            assert not recall.is_error, recall.content
-            stats = await client.call_tool("stats", {})
-            return recall.structured_content, stats.structured_content
-
-    try:
-        recall, stats = asyncio.run(session())
-    finally:
-        process.terminate()
-        process.wait(30)
+    recall, stats = _remember_recall_stop(process, url, turns[:20], questions[0])
     (text,) = [path.read_text() for path in folder.parent.glob("server-*.log")]
     assert text.splitlines().count(SIMILARITY_MODE_NOTE) == 1
     assert stats["mode"] == "similarity"
@@ -383,21 +392,7 @@ def test_a_free_order_reaches_the_tenants_and_recall_goes_down_it(
         folder, None, compilation_cache, "--no-auth", "--free-order", str(file)
     )
 
-    async def session() -> tuple[dict, dict]:
-        async with Client(url, read_timeout_seconds=TIMEOUT_S) as client:
-            for text in memories:
-                reply = await client.call_tool("remember", {"text": text})
-                assert not reply.is_error, reply.content
-            recall = await client.call_tool("recall", {"query": questions[0], "k": 5})
-            assert not recall.is_error, recall.content
-            stats = await client.call_tool("stats", {})
-            return recall.structured_content, stats.structured_content
-
-    try:
-        recall, stats = asyncio.run(session())
-    finally:
-        process.terminate()
-        process.wait(30)
+    recall, stats = _remember_recall_stop(process, url, memories, questions[0])
     assert stats["pool_order"] == "free" and stats["mode"] == "similarity"
     stored, _, _ = _stored(folder / "default")
     assert stored["free_order"] == order.to_json()
@@ -424,7 +419,7 @@ def test_a_folders_similarity_blend_is_served_unless_asked_not_to(
     import shutil
 
     from earm_jax.cli.errors import UserError
-    from earm_jax.cli.mcp import _scorer
+    from earm_jax.cli.served_scorer import served_scorer
     from earm_jax.scoring.similarity_blend import (
         BlendedScorer,
         SimilarityBlend,
@@ -437,7 +432,9 @@ def test_a_folders_similarity_blend_is_served_unless_asked_not_to(
     embedder = Embedder(cache_dir=False)
 
     def served(blend: bool = True):
-        return _scorer(model, None, None, "yesno", "torch-float32", embedder, blend)
+        return served_scorer(
+            model, None, None, "yesno", "torch-float32", embedder, blend
+        )
 
     assert not isinstance(served(), BlendedScorer)  # the folder has no blend
     blend = SimilarityBlend(0.8, 2.0, -1.0, embedder.identity, coverage_weight=3.0)

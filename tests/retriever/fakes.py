@@ -4,7 +4,9 @@ a bag-of-words hashing embedder and a keyword scorer (plus faulty scorers)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import math
+import sqlite3
 import threading
 
 import numpy as np
@@ -12,6 +14,7 @@ import numpy as np
 from earm_jax.retriever import RetrieverConfig
 from earm_jax.scoring.base import PairScore, ScorerIdentity
 from earm_jax.scoring.similarity_blend import SimilarityBlend
+from earm_jax.store.journal import RowDigests
 
 # A small retriever for tests: compiles fast, grows and snapshots often.
 CONFIG = RetrieverConfig(
@@ -131,6 +134,31 @@ class FaultyScorer(KeywordScorer):
                     row.append(PairScore.success(self.value(query, m)))
             out.append(row)
         return out
+
+
+def stored_config(folder) -> dict:
+    """A closed folder's stored settings, as they lie in its journal."""
+    db = sqlite3.connect(folder / "journal.sqlite")
+    try:
+        row = db.execute("SELECT value FROM meta WHERE key='config'").fetchone()
+    finally:
+        db.close()
+    return json.loads(row[0])
+
+
+def store_config(folder, stored: dict) -> None:
+    """Writes ``stored`` as a closed folder's settings, with its checksum (an
+    older folder's settings, as it would have written them)."""
+    text = json.dumps(stored)
+    db = sqlite3.connect(folder / "journal.sqlite")
+    try:
+        db.execute(
+            "UPDATE meta SET value=?, checksum=? WHERE key='config'",
+            (text, RowDigests().row("meta", ("config", text))),
+        )
+        db.commit()
+    finally:
+        db.close()
 
 
 def memories(count: int, seed: int = 0) -> list[str]:

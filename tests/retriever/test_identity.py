@@ -5,7 +5,6 @@ scores the most similar candidates; ``rerank`` records new text and metadata."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import sqlite3
 import sys
 from pathlib import Path
@@ -14,7 +13,6 @@ import numpy as np
 import pytest
 
 from earm_jax.retriever import OnlineRetriever, RetrieverConfig
-from earm_jax.store.journal import RowDigests
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fakes import (  # noqa: E402
@@ -24,6 +22,8 @@ from fakes import (  # noqa: E402
     NamedHashEmbedder,
     memories,
     queries,
+    store_config,
+    stored_config,
 )
 
 
@@ -81,20 +81,11 @@ def test_new_folders_take_best_and_old_folders_keep_their_preset(tmp_path):
     with OnlineRetriever(tmp_path, KeywordScorer(), HashEmbedder(), paper) as agent:
         agent.add(memories(8))
     # A folder made before presets existed stored no preset: the paper's.
-    db = sqlite3.connect(tmp_path / "journal.sqlite")
-    stored = json.loads(
-        db.execute("SELECT value FROM meta WHERE key='config'").fetchone()[0]
-    )
+    stored = stored_config(tmp_path)
     del stored["preset"]
     del stored["call_order"]  # nor a call order: by similarity
     del stored["stop_rule"]  # nor a stop rule: settle or spill
-    text = json.dumps(stored)
-    db.execute(
-        "UPDATE meta SET value=?, checksum=? WHERE key='config'",
-        (text, RowDigests().row("meta", ("config", text))),
-    )
-    db.commit()
-    db.close()
+    store_config(tmp_path, stored)
     with OnlineRetriever(tmp_path, KeywordScorer(), HashEmbedder(), None) as again:
         assert again.config.preset == "paper" and again.ledger is None
         assert again.config.call_order == "similarity"

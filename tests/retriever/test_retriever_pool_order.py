@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import math
-import sqlite3
 import sys
 from pathlib import Path
 
@@ -21,7 +19,6 @@ from optional_extras import require_extra
 
 from earm_jax.retriever import OnlineRetriever, RetrieverConfig, check
 from earm_jax.scoring.word_coverage import word_coverage
-from earm_jax.store.journal import RowDigests
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fakes import (  # noqa: E402
@@ -31,6 +28,8 @@ from fakes import (  # noqa: E402
     NamedHashEmbedder,
     memories,
     queries,
+    store_config,
+    stored_config,
 )
 from test_retriever import CONFIG  # noqa: E402
 
@@ -64,6 +63,11 @@ def _written_out(texts, ask, pool_size, order=FREE):
     )
     ranked = np.lexsort((np.arange(len(members)), -key))
     return members[ranked], key[ranked], members
+
+
+def _answered(answers, fields) -> list[tuple]:
+    """The ``fields`` of each answer, in order (two runs compared at once)."""
+    return [tuple(getattr(answer, f) for f in fields) for answer in answers]
 
 
 def _same_tree(got, want) -> bool:
@@ -158,12 +162,8 @@ def test_query_many_and_the_async_path_equal_query_in_turn(tmp_path):
             many.add(texts)
             got = run(many)
             assert _same_tree(many.state, state)
-        for a, b in zip(got, expected, strict=True):
-            assert (a.memory_ids, a.scores, a.anchored) == (
-                b.memory_ids,
-                b.scores,
-                b.anchored,
-            )
+        shown = ("memory_ids", "scores", "anchored")
+        assert _answered(got, shown) == _answered(expected, shown)
 
 
 def test_a_crash_replays_the_free_order_bit_for_bit(tmp_path):
@@ -187,22 +187,14 @@ def test_a_crash_replays_the_free_order_bit_for_bit(tmp_path):
     # The deep check replays every recorded pool as it went down it.
     report = check(tmp_path / "b", deep=True)
     assert report.ok, report.problems
-    for got, want in zip(answers, expected, strict=True):
-        assert (got.memory_ids, got.scores, got.calls) == (
-            want.memory_ids,
-            want.scores,
-            want.calls,
-        )
+    shown = ("memory_ids", "scores", "calls")
+    assert _answered(answers, shown) == _answered(expected, shown)
 
 
 def test_the_free_order_is_stored_and_a_reopen_must_agree(tmp_path):
     with _open(tmp_path / "free") as agent:
         agent.add(memories(8))
-    db = sqlite3.connect(tmp_path / "free" / "journal.sqlite")
-    stored = json.loads(
-        db.execute("SELECT value FROM meta WHERE key='config'").fetchone()[0]
-    )
-    db.close()
+    stored = stored_config(tmp_path / "free")
     assert stored["free_order"] == FREE.to_json()
     assert RetrieverConfig(**stored).free_order == FREE  # read back from JSON
     for other in (
@@ -216,18 +208,9 @@ def test_the_free_order_is_stored_and_a_reopen_must_agree(tmp_path):
     plain = dataclasses.replace(TOP, free_order=None)
     with _open(tmp_path / "old", plain) as agent:
         agent.add(memories(8))
-    db = sqlite3.connect(tmp_path / "old" / "journal.sqlite")
-    stored = json.loads(
-        db.execute("SELECT value FROM meta WHERE key='config'").fetchone()[0]
-    )
+    stored = stored_config(tmp_path / "old")
     del stored["free_order"]
-    text = json.dumps(stored)
-    db.execute(
-        "UPDATE meta SET value=?, checksum=? WHERE key='config'",
-        (text, RowDigests().row("meta", ("config", text))),
-    )
-    db.commit()
-    db.close()
+    store_config(tmp_path / "old", stored)
     with _open(tmp_path / "old", None) as again:
         assert again.config.free_order is None and again.config.pool_order == (
             "similarity"

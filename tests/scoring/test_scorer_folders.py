@@ -100,15 +100,17 @@ def test_the_free_order_of_a_build_is_the_fold_it_serves(tmp_path):
 
 
 def test_earm_mcp_serves_a_build_by_its_first_fold(tmp_path, capsys):
-    from earm_jax.cli.mcp import _scorer, check_scorer
+    from earm_jax.cli.served_scorer import check_scorer, served_scorer
 
     build = _build(tmp_path / "build", FOLDS)
     check_scorer(build, None, None)
-    scorer = _scorer(build, None, None, "yesno")
+    scorer = served_scorer(build, None, None, "yesno")
     assert scorer.folder == build / "fold-0"
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "serving fold-0 of the trained-scorer build" in line
-    assert _scorer(build / "fold-1", None, None, "yesno").folder == build / "fold-1"
+    assert (
+        served_scorer(build / "fold-1", None, None, "yesno").folder == build / "fold-1"
+    )
     assert capsys.readouterr().err == ""  # a fold named is served as named
 
 

@@ -60,7 +60,7 @@ def test_without_cross_fitting_the_held_back_questions_count(tmp_path):
 
 
 def test_earm_mcp_refuses_a_weak_scorer_before_touching_the_folder(tmp_path, capsys):
-    from earm_jax.cli.mcp import check_scorer
+    from earm_jax.cli.served_scorer import check_scorer
 
     fold = write_scorer_build(tmp_path / "build", None, 0.3, 0.4)
     memory = tmp_path / "memory"
