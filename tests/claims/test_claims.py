@@ -27,6 +27,13 @@ from earm_jax.jobs.results_tables import provenance
 
 REPO = Path(__file__).resolve().parents[2]
 TOLERANCE = 0.002
+# The ALS and incremental solvers' float rounding depends on the machine: at
+# the same commit and versions, incremental − ALS Recall@10 was −0.0016 on one
+# build of the 2-core EPYC virtual machine and −0.0040 on another (each
+# repeatable bit for bit; docs/performance.md). Over 1,107 questions a few
+# answers' last place in the top 10 moves, so that rerun is held to the
+# measured drift, 0.0024, rounded up.
+SOLVER_COMPARISON_TOLERANCE = 0.003
 
 pytestmark = [pytest.mark.claims, pytest.mark.slow]
 
@@ -184,14 +191,16 @@ def test_the_incremental_solver_stays_within_a_hundredth_of_als(
     tmp_path, embedding_cache_dir, locomo_path
 ):
     """docs/performance.md: the incremental solver's Recall@10 on LoCoMo is
-    within 0.01 of ALS's (paired CI over questions inside ±0.01)."""
+    within 0.01 of ALS's (paired CI over questions inside ±0.01), and the
+    rerun's difference is the committed one within the drift between
+    machines (``SOLVER_COMPARISON_TOLERANCE``)."""
     source = "benchmarks/results/quality_incremental_conversations_divide.json"
     committed, fresh = _rerun(source, tmp_path, embedding_cache_dir, locomo_path)
     problems = []
     for metric in ("recall@10", "ndcg@10", "mrr"):
         before = committed["mixed"][metric]["incremental-als"]["mean"]
         after = fresh["mixed"][metric]["incremental-als"]
-        if abs(after["mean"] - before) > TOLERANCE:
+        if abs(after["mean"] - before) > SOLVER_COMPARISON_TOLERANCE:
             problems.append(
                 f"{source}: incremental − ALS {metric} committed {before:+.4f}, "
                 f"rerun {after['mean']:+.4f}"
