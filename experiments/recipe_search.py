@@ -158,7 +158,8 @@ def evaluate(
     cache_dir: str | None,
 ) -> dict[str, Any]:
     """Fold 0's scorer on its held-back and its held-out questions."""
-    from earm_jax.jobs.train_scorer import TrainScorerJob, held_back_questions
+    from earm_jax.jobs.train_scorer import held_back_questions
+    from earm_jax.jobs.train_scorer_job import TrainScorerJob
     from earm_jax.scoring.cache import CachedScorer, ScoreCache
     from earm_jax.scoring.cross_encoder import CrossEncoderSettings
     from earm_jax.scoring.scorer_manifest import model_scorer

@@ -277,7 +277,8 @@ def trained_scorer(locomo_path: Path, embedding_cache_dir: Path, tmp_path_factor
     Returns ``(folder, score cache path, manifest)``.
     """
     from earm_jax.jobs.progress import Progress
-    from earm_jax.jobs.train_scorer import TrainScorerJob, run_train_scorer
+    from earm_jax.jobs.train_scorer import run_train_scorer
+    from earm_jax.jobs.train_scorer_job import TrainScorerJob
     from earm_jax.scoring.cross_encoder_training import TrainingSettings
 
     def train(root: Path) -> None:

@@ -129,11 +129,8 @@ def train_scorer(
     """Fine-tune a cross-encoder from MiniLM on LoCoMo (question, memory,
     evidence) pairs; write the model folder(s), a manifest and scorer profiles."""
     from earm_jax.jobs.progress import Progress
-    from earm_jax.jobs.train_scorer import (
-        TrainScorerJob,
-        run_train_scorer,
-        stopped_backend,
-    )
+    from earm_jax.jobs.train_scorer import run_train_scorer
+    from earm_jax.jobs.train_scorer_job import TrainScorerJob, stopped_backend
     from earm_jax.scoring.cross_encoder import CrossEncoderSettings
     from earm_jax.scoring.cross_encoder_training import (
         TrainingSettings,

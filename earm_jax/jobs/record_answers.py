@@ -21,6 +21,7 @@ import numpy as np
 
 from earm_jax.jobs.locomo import select_conversations
 from earm_jax.jobs.locomo_recorded import blend_coverage
+from earm_jax.jobs.train_scorer_job import CROSS_FITTED
 from earm_jax.locomo.data import load_locomo
 from earm_jax.locomo.evaluate import scorer_scores
 from earm_jax.locomo.streams import build_streams
@@ -267,7 +268,6 @@ def _profile(answered: list[tuple[str, Any, np.ndarray]]) -> dict[str, Any] | No
     """The profile of the recorded answers, or None when a class of pairs is
     missing (too few answers to measure it)."""
     from earm_jax.jobs.fold_answers import streams_profile
-    from earm_jax.jobs.train_scorer import CROSS_FITTED
 
     try:
         return streams_profile(answered, {"measured_on": CROSS_FITTED})

@@ -14,7 +14,7 @@ import pytest
 from earm_jax.cli import main
 from earm_jax.jobs.locomo import select_conversations
 from earm_jax.jobs.record_answers import RecordJob, record_answers
-from earm_jax.jobs.train_scorer import RECORDED_NAME
+from earm_jax.jobs.train_scorer_job import RECORDED_NAME
 from earm_jax.locomo.data import load_locomo
 from earm_jax.locomo.evaluate import scorer_scores
 from earm_jax.locomo.streams import build_streams

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from earm_jax.eval.scorer_profile import profile_from_json
-from earm_jax.jobs.train_scorer import TrainScorerJob, stopped_backend
+from earm_jax.jobs.train_scorer_job import TrainScorerJob, stopped_backend
 from earm_jax.locomo.training_data import conversation_digest
 from earm_jax.scoring.cross_encoder import BUILD_BACKEND
 from earm_jax.scoring.scorer_manifest import open_scorer_folder
