@@ -118,8 +118,8 @@ def setting_pools(
     """The model folder, the conversations and, per memory setting, the first
     ``args.questions`` labelled questions' pools that the options of
     :func:`add_pool_arguments` name."""
-    from earm_jax.jobs.locomo import select_conversations
     from earm_jax.locomo.data import load_locomo
+    from earm_jax.locomo.selection import select_conversations
     from earm_jax.locomo.streams import build_streams
     from earm_jax.store.embeddings import Embedder
 

@@ -77,8 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _requests(args: argparse.Namespace) -> tuple[list, list[str]]:
-    from earm_jax.jobs.locomo import select_conversations
     from earm_jax.locomo.data import load_locomo
+    from earm_jax.locomo.selection import select_conversations
     from earm_jax.locomo.streams import build_streams
     from earm_jax.scoring.scorer_manifest import open_scorer_folder
     from earm_jax.store.embeddings import Embedder

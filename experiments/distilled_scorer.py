@@ -55,8 +55,8 @@ def question_pools(
     """The turn pools of the first ``questions`` labelled questions of each
     conversation: query, memory texts, similarity and evidence labels."""
     from earm_jax.eval.ranking_agreement import labelled_pools
-    from earm_jax.jobs.locomo import select_conversations
     from earm_jax.locomo.data import load_locomo
+    from earm_jax.locomo.selection import select_conversations
     from earm_jax.locomo.streams import build_streams
     from earm_jax.store.embeddings import Embedder
 

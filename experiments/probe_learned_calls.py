@@ -36,9 +36,9 @@ from earm_jax.jobs.metadata import command_line, write_json  # noqa: E402
 
 def replayed_streams(scores_file: str, data: str, cache_dir: str | None):
     """The conversations' pools with the recorded answers as their scores."""
-    from earm_jax.jobs.locomo import select_conversations
     from earm_jax.jobs.locomo_recorded import Mix, load_recorded, recorded_stream
     from earm_jax.locomo.data import load_locomo
+    from earm_jax.locomo.selection import select_conversations
     from earm_jax.locomo.streams import build_streams
     from earm_jax.scoring.replay import ReplayScorer
     from earm_jax.store.embeddings import Embedder

@@ -247,10 +247,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.data:
         parser.error("--data (or $EARM_LOCOMO_DATA) is required")
 
-    from earm_jax.jobs.locomo import select_conversations
     from earm_jax.jobs.machine_load import OtherLoad, load_record
     from earm_jax.jobs.metadata import provenance, write_json
     from earm_jax.locomo.data import load_locomo
+    from earm_jax.locomo.selection import select_conversations
     from earm_jax.locomo.streams import build_streams
     from earm_jax.store.embeddings import Embedder, default_cache_dir
 

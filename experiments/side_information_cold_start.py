@@ -44,9 +44,9 @@ from earm_jax.core.online import online_solver
 from earm_jax.core.run import run
 from earm_jax.eval import stats
 from earm_jax.eval.compare import PolicyRanking, policy_metrics, usable_mask
-from earm_jax.jobs.locomo import select_conversations
 from earm_jax.locomo import EvidenceNoise, build_streams, load_locomo
 from earm_jax.locomo.evaluate import LocomoRunSettings, evaluate_streams, pad_and_stack
+from earm_jax.locomo.selection import select_conversations
 from earm_jax.policies.adaptive import adaptive_policy
 from earm_jax.policies.side_information import run_best_side, run_mixed_side
 from earm_jax.store.embeddings import Embedder

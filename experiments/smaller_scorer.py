@@ -103,8 +103,8 @@ def compare_rankings(
     """Recall@10 of Full for both files' answers on the conversations both
     hold (the same pools: candidates and text digests must agree), per
     question, for the model alone and for its fitted similarity blend."""
-    from earm_jax.jobs.locomo import select_conversations
     from earm_jax.locomo.data import load_locomo
+    from earm_jax.locomo.selection import select_conversations
     from earm_jax.locomo.streams import build_streams
     from earm_jax.scoring.recorded_answers import RecordedAnswers, blended_answers
     from earm_jax.store.embeddings import Embedder
@@ -191,8 +191,8 @@ def compare_rankings(
 def _pairs(data: str, cache_dir: str | None, questions: int) -> list[tuple[str, str]]:
     """The whole turn pools of the first ``questions`` questions of
     conversations 26 and 48 (the same pairs for every model timed)."""
-    from earm_jax.jobs.locomo import select_conversations
     from earm_jax.locomo.data import load_locomo
+    from earm_jax.locomo.selection import select_conversations
     from earm_jax.locomo.streams import build_streams
     from earm_jax.store.embeddings import Embedder
 

@@ -108,8 +108,8 @@ def _build_backend(scorer_model: str | None) -> str | None:
 def _load_check(data: Path, conversations: tuple[str, ...], limit: int) -> None:
     """Reads the data once up front, so a file that is not LoCoMo, or a
     conversation that is not in it, is one line."""
-    from earm_jax.jobs.locomo import select_conversations
     from earm_jax.locomo.data import load_locomo
+    from earm_jax.locomo.selection import select_conversations
 
     fix = (
         "check the path: it must be LoCoMo's locomo10.json or a folder of its "

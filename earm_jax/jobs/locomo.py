@@ -33,7 +33,7 @@ from earm_jax.jobs.locomo_scorers import (
     pairs_sent,
 )
 from earm_jax.jobs.progress import Progress
-from earm_jax.locomo.data import QUERY_CATEGORIES, Conversation, load_locomo
+from earm_jax.locomo.data import Conversation, load_locomo
 from earm_jax.locomo.evaluate import (
     LocomoRunSettings,
     PerQuery,
@@ -46,6 +46,7 @@ from earm_jax.locomo.evidence import STAND_IN_NOTE, EvidenceNoise
 from earm_jax.locomo.memories import build_memories
 from earm_jax.locomo.pool_order import POOL_ORDERS, in_free_order
 from earm_jax.locomo.report import locomo_summary
+from earm_jax.locomo.selection import select_conversations
 from earm_jax.locomo.streams import LocomoStream, build_streams
 from earm_jax.locomo.training_data import conversation_digest
 from earm_jax.scoring.replay import ReplayScorer
@@ -223,46 +224,6 @@ class LocomoJob:
             expand_min_score=self.expand_min_score,
             side_information=self.side_information,
         )
-
-
-def _matches(sample_id: str, wanted: str) -> bool:
-    """``"26"`` names ``"26"`` (per-conversation files) and ``"conv-26"``."""
-    return wanted in (sample_id, sample_id.removeprefix("conv-"))
-
-
-def select_conversations(
-    conversations: list[Conversation], wanted: tuple[str, ...] = (), limit: int = 0
-) -> list[Conversation]:
-    """The conversations named in ``wanted`` (all if empty), in file order, each
-    cut to its first ``limit`` questions of categories 1-4 (0 = all).
-
-    Raises:
-      ValueError: a wanted id is not in the data (the message lists the ids).
-    """
-    known = [c.sample_id for c in conversations]
-    missing = [w for w in wanted if not any(_matches(k, w) for k in known)]
-    if missing:
-        raise ValueError(
-            f"no conversation {', '.join(missing)} in the data; it has "
-            f"{', '.join(k.removeprefix('conv-') for k in known)}"
-        )
-    chosen = [
-        c
-        for c in conversations
-        if not wanted or any(_matches(c.sample_id, w) for w in wanted)
-    ]
-    return [_first_questions(c, limit) for c in chosen] if limit else chosen
-
-
-def _first_questions(conversation: Conversation, limit: int) -> Conversation:
-    kept, count = [], 0
-    for question in conversation.qa:
-        if question.category in QUERY_CATEGORIES:
-            if count == limit:
-                continue
-            count += 1
-        kept.append(question)
-    return dataclasses.replace(conversation, qa=tuple(kept))
 
 
 def _embed_conversations(
@@ -582,6 +543,5 @@ __all__ = [
     "matched_scale",
     "plot_first_run",
     "run_locomo_job",
-    "select_conversations",
     "streams_scorer_quality",
 ]

@@ -181,8 +181,8 @@ def replayed_streams(
       ValueError: ``data`` is not the copy the answers were recorded on, or
         the embedder is not the one their pools came from.
     """
-    from earm_jax.jobs.locomo import select_conversations
     from earm_jax.locomo.data import load_locomo
+    from earm_jax.locomo.selection import select_conversations
     from earm_jax.locomo.streams import build_streams
     from earm_jax.locomo.training_data import conversation_digest
     from earm_jax.store.embeddings import Embedder

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from earm_jax.jobs.locomo import select_conversations
 from earm_jax.jobs.locomo_recorded import blend_coverage
 from earm_jax.jobs.train_scorer_job import CROSS_FITTED
 from earm_jax.locomo.data import load_locomo
 from earm_jax.locomo.evaluate import scorer_scores
+from earm_jax.locomo.selection import select_conversations
 from earm_jax.locomo.streams import build_streams
 from earm_jax.locomo.training_data import conversation_digest
 from earm_jax.scoring.cache import ScoreCache, text_sha256

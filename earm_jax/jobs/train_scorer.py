@@ -40,7 +40,6 @@ from typing import Any
 import numpy as np
 
 from earm_jax.jobs.fold_answers import FoldAnswers, PoolData, score_pools
-from earm_jax.jobs.locomo import select_conversations
 from earm_jax.jobs.progress import Progress, duration
 from earm_jax.jobs.train_scorer_job import (
     CROSS_FITTED,
@@ -53,6 +52,7 @@ from earm_jax.jobs.train_scorer_job import (
 )
 from earm_jax.locomo.data import Conversation, load_locomo
 from earm_jax.locomo.evaluate import scorer_scores
+from earm_jax.locomo.selection import select_conversations
 from earm_jax.locomo.streams import build_streams
 from earm_jax.locomo.training_data import (
     assign_folds,

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from earm_jax.cli import main
-from earm_jax.jobs.locomo import select_conversations
 from earm_jax.jobs.record_answers import RecordJob, record_answers
 from earm_jax.jobs.train_scorer_job import RECORDED_NAME
 from earm_jax.locomo.data import load_locomo
 from earm_jax.locomo.evaluate import scorer_scores
+from earm_jax.locomo.selection import select_conversations
 from earm_jax.locomo.streams import build_streams
 from earm_jax.locomo.training_data import conversation_digest
 from earm_jax.scoring.cache import ScoreCache
@@ -139,8 +139,8 @@ def test_replayed_answers_are_the_cross_encoders_own(
     opened = open_scorer_folder(folder)
     embedder = Embedder(cache_dir=str(embedding_cache_dir))
     chosen = [c for c in conversations if c.sample_id in ("26", "30")]
-    from earm_jax.jobs.locomo import select_conversations
     from earm_jax.jobs.locomo_recorded import blend_coverage
+    from earm_jax.locomo.selection import select_conversations
 
     chosen = select_conversations(chosen, (), 4)
     streams = build_streams(chosen, embedder, setting="turns", pool_size=200)
@@ -378,7 +378,7 @@ def test_the_labelled_answers_say_which_memory_each_candidate_is(
     answers = recorded_labelled_answers(
         str(recorded_file), str(locomo_path), str(embedding_cache_dir)
     )
-    from earm_jax.jobs.locomo import select_conversations
+    from earm_jax.locomo.selection import select_conversations
 
     # The questions the build recorded: its --limit 4 of each conversation.
     chosen = select_conversations(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from earm_jax.jobs.locomo import select_conversations
 from earm_jax.locomo.data import QUERY_CATEGORIES, load_locomo
+from earm_jax.locomo.selection import select_conversations
 
 
 def test_conversations_by_id_in_file_order_and_first_questions(locomo_path):

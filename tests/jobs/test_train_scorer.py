@@ -232,9 +232,9 @@ def test_a_stopped_build_keeps_its_finished_folds(
     last): a build stopped during fold 2 evaluates fold 1's held-out
     conversation and refuses the one no finished fold held out."""
     import earm_jax.jobs.train_scorer as train_scorer
-    from earm_jax.jobs.locomo import select_conversations
     from earm_jax.jobs.train_scorer import run_train_scorer
     from earm_jax.locomo.data import load_locomo
+    from earm_jax.locomo.selection import select_conversations
 
     real = train_scorer._train_fold
     calls = []
