@@ -62,8 +62,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from earm_jax.store.delete_log import DeleteLog
 from earm_jax.store.folder_key import FolderKeyError, open_key
 from earm_jax.store.high_water import HIGH_WATER_NAME, HighWater, behind_mark
@@ -90,15 +88,10 @@ from earm_jax.store.journal_format import (
     lost_journal,
     write_marker,
 )
+from earm_jax.store.journal_memories import MemoryTable
 from earm_jax.store.journal_scores import ScoreStore, text_hash
 from earm_jax.store.snapshots import CHUNK_BYTES, SnapshotStore, chunk_hash
 
-# A memory row as :meth:`Journal._memory` reads it: the id's type, and the
-# text columns as raw bytes (invalid UTF-8 is a finding, not a decoding error).
-_MEMORY_COLUMNS = (
-    "row, typeof(id), CAST(id AS BLOB), CAST(text AS BLOB), "
-    "CAST(metadata AS BLOB), embedding, origin, op, retired_op, checksum"
-)
 _OP_COLUMNS = ", ".join(
     raw_column("ops", c) for c in (*CHECKED_FIELDS["ops"], "checksum")
 )
@@ -128,7 +121,7 @@ def _row_name(table: str, fields: Sequence[Any]) -> str:
     )
 
 
-class Journal(SnapshotStore, ScoreStore, DeleteLog):
+class Journal(SnapshotStore, ScoreStore, MemoryTable, DeleteLog):
     """The SQLite journal of one retriever folder.
 
     Args:
@@ -492,93 +485,6 @@ class Journal(SnapshotStore, ScoreStore, DeleteLog):
         (seq,) = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM ops").fetchone()
         return int(seq)
 
-    # --------------------------------------------------------------- memories
-
-    def memory_rows(self) -> list[tuple]:
-        """``(row, id, text, metadata, embedding, origin, op, retired_op)`` by
-        row, each verified against its checksum.
-
-        Raises:
-          CorruptFolderError: naming the first damaged row and field.
-        """
-        rows = []
-        for fields in self._memory_fields():
-            rows.append(self._memory(fields))
-        return rows
-
-    def _memory_fields(self) -> Iterator[tuple]:
-        return iter(
-            self._db.execute(f"SELECT {_MEMORY_COLUMNS} FROM memories ORDER BY row")
-        )
-
-    def _memory(self, fields: tuple) -> tuple:
-        row, id_type, raw_id, text, meta, blob, origin, op, retired, checksum = fields
-        where = f"{self.path}: memory row {row}"
-        if id_type == "integer":
-            mid: Any = int(raw_id)
-        elif id_type == "text":
-            mid = decoded_text(raw_id, f"{where}: id")
-        else:
-            raise CorruptFolderError(f"{where}: id is a {id_type}, not an int or text")
-        checked = (row, mid, text, meta, blob, origin, op)
-        damaged = self.digests.damaged("memories", checked, checksum)
-        if damaged:
-            raise CorruptFolderError(
-                f"{where} (id {mid!r}): its {', '.join(damaged)} does not match "
-                "its checksum"
-            )
-        return (
-            row,
-            mid,
-            decoded_text(text, f"{where}: text"),
-            decoded_text(meta, f"{where}: metadata"),
-            blob,
-            origin,
-            op,
-            retired,
-        )
-
-    def insert_memories(self, db: sqlite3.Connection, rows: Sequence[tuple]) -> None:
-        """Stores ``(row, id, text, metadata, embedding, origin, op)`` rows."""
-        db.executemany(
-            "INSERT INTO memories VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?)",
-            [(*fields, self.digests.row("memories", fields)) for fields in rows],
-        )
-
-    def replace_metadata(self, db: sqlite3.Connection, row: int, meta: str) -> None:
-        """Stores new metadata for memory ``row`` (the row's other fields are
-        verified first, so a damaged row is never re-checksummed as sound)."""
-        fields = db.execute(
-            f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE row=?", (row,)
-        ).fetchone()
-        stored = self._memory(fields)
-        checked = (row, stored[1], stored[2], meta, stored[4], stored[5], stored[6])
-        db.execute(
-            "UPDATE memories SET metadata=?, checksum=? WHERE row=?",
-            (meta, self.digests.row("memories", checked), row),
-        )
-
-    def scrub_memories(
-        self, db: sqlite3.Connection, rows: Sequence[int], width: int, seq: int
-    ) -> None:
-        """Overwrites the text, metadata and embedding of memory ``rows`` with
-        an empty placeholder (the row number and id stay: a tombstone), and
-        logs each in the delete log as emptied by operation ``seq``."""
-        blank = np.zeros(width, np.float32).tobytes()
-        for row in rows:
-            fields = db.execute(
-                f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE row=?", (row,)
-            ).fetchone()
-            stored = self._memory(fields)
-            checked = (row, stored[1], "", "{}", blank, stored[5], stored[6])
-            tombstone = self.digests.row("memories", checked)
-            db.execute(
-                "UPDATE memories SET text='', metadata='{}', embedding=?, "
-                "checksum=? WHERE row=?",
-                (blank, tombstone, row),
-            )
-            self.log_deletion(db, row, seq, tombstone)
-
     def flush_freed(self) -> bool:
         """Moves every committed page into the database file and truncates
         the WAL, so overwritten content survives in no file (with
@@ -591,18 +497,6 @@ class Journal(SnapshotStore, ScoreStore, DeleteLog):
         except sqlite3.Error:
             return False
         return not busy
-
-    @staticmethod
-    def retire_memories(db: sqlite3.Connection, rows: Sequence[int], seq: int) -> None:
-        db.executemany(
-            "UPDATE memories SET retired_op=? WHERE row=?", [(seq, r) for r in rows]
-        )
-
-    def max_int_id(self) -> int:
-        (value,) = self._db.execute(
-            "SELECT MAX(id) FROM memories WHERE typeof(id)='integer'"
-        ).fetchone()
-        return -1 if value is None else int(value)
 
     # -------------------------------------------------------------- integrity
 
