@@ -6,7 +6,6 @@ compared when ``resume`` continues it. The build itself is
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -116,15 +115,10 @@ class TrainScorerJob:
                 )
         # Checked before training: the scorer is made only after a fold's
         # model is written, minutes in.
-        if (
-            self.scoring.runtime == "onnx"
-            and importlib.util.find_spec("onnxruntime") is None
-        ):
-            raise ValueError(
-                f"scoring backend {self.scoring.backend!r} needs onnxruntime: "
-                "pip install 'earm_jax[scorer]', or score with torch-float32 "
-                "(--scorer-backend torch-float32)"
-            )
+        self.scoring.require_runtime(
+            "scoring backend",
+            ", or score with torch-float32 (--scorer-backend torch-float32)",
+        )
         out = Path(self.out)
         if self.resume:
             self.stopped_manifest()

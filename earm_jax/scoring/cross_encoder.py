@@ -132,6 +132,15 @@ class CrossEncoderSettings:
             fields["backend"] = f"torch-{dtype}"
         return CrossEncoderSettings(**fields)
 
+    def require_runtime(self, what: str = "backend", hint: str = "") -> None:
+        """Raises ``ValueError`` naming ``what`` and the backend when it needs
+        onnxruntime and none is installed (``hint``: another way out)."""
+        if self.runtime == "onnx" and importlib.util.find_spec("onnxruntime") is None:
+            raise ValueError(
+                f"{what} {self.backend!r} needs onnxruntime: pip install "
+                f"'earm_jax[scorer]'{hint}"
+            )
+
     def __post_init__(self) -> None:
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {self.batch_size!r}")
@@ -229,14 +238,7 @@ class CrossEncoderScorer:
         self.folder = check_model_folder(folder)
         self.settings = settings or CrossEncoderSettings()
         self.cache_dir = cache_dir
-        if (
-            self.settings.runtime == "onnx"
-            and importlib.util.find_spec("onnxruntime") is None
-        ):
-            raise ValueError(
-                f"backend {self.settings.backend!r} needs onnxruntime: "
-                "pip install 'earm_jax[scorer]'"
-            )
+        self.settings.require_runtime()
         self._identity = ScorerIdentity(
             kind="cross-encoder",
             model=model_identity(self.folder),
