@@ -110,7 +110,7 @@ def held_back_pairs(
 
 def fitted(pairs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Each blend's weights (last: the intercept), fitted as the build fits."""
-    from earm_jax.scoring.cross_encoder_training import fit_logistic
+    from earm_jax.scoring.platt import fit_logistic
 
     return {
         name: fit_logistic(

@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     from earm_jax.eval.stats import contrast_ci
     from earm_jax.jobs.locomo_recorded import replayed_streams
     from earm_jax.jobs.metadata import provenance, write_json
-    from earm_jax.scoring.cross_encoder_training import fit_logistic
+    from earm_jax.scoring.platt import fit_logistic
     from earm_jax.scoring.recorded_answers import RecordedAnswers, answer_logits
 
     recorded = RecordedAnswers.load(args.scores)

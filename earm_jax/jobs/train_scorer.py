@@ -63,14 +63,13 @@ from earm_jax.locomo.training_data import (
 )
 from earm_jax.scoring.cross_encoder import CrossEncoderSettings
 from earm_jax.scoring.cross_encoder_training import (
-    Calibration,
     apply_calibration,
-    fit_platt,
     load_base_model,
     model_logits,
     save_model,
     train_cross_encoder,
 )
+from earm_jax.scoring.platt import Calibration, fit_platt
 from earm_jax.scoring.scorer_manifest import (
     FOLD_RECORD,
     MANIFEST_FORMAT,

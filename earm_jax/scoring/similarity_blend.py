@@ -102,7 +102,7 @@ class SimilarityBlend:
         Raises:
           ValueError: shapes differ, or one class is missing.
         """
-        from .cross_encoder_training import fit_logistic
+        from .platt import fit_logistic
 
         inputs = [np.asarray(cosines, np.float64)]
         if logits is not None:

@@ -103,7 +103,7 @@ def test_the_fit_without_logits_is_the_texts_alone():
     labels = rng.uniform(0, 1, 400) < 1 / (1 + np.exp(-(4 * cosine + 6 * coverage - 6)))
     order = SimilarityBlend.fit(None, cosine, labels, "m", coverage)
     assert order.is_free and order.uses_coverage and order.pairs == 400
-    from earm_jax.scoring.cross_encoder_training import fit_logistic
+    from earm_jax.scoring.platt import fit_logistic
 
     weights = fit_logistic(np.stack([cosine, coverage], axis=1), labels)
     assert (order.similarity_weight, order.coverage_weight, order.shift) == tuple(

@@ -17,12 +17,12 @@ from earm_jax.scoring.cross_encoder import CrossEncoderScorer, CrossEncoderSetti
 from earm_jax.scoring.cross_encoder_training import (
     TrainingGroup,
     TrainingSettings,
-    fit_platt,
     listwise_loss,
     sample_group,
     sample_group_indices,
     train_cross_encoder,
 )
+from earm_jax.scoring.platt import fit_platt
 from earm_jax.scoring.scorer_manifest import open_scorer_folder
 
 pytestmark = pytest.mark.slow
