@@ -83,6 +83,14 @@ def train_scorer(
             "afterwards weighs the cosine back in."
         ),
     ] = 0.0,
+    hardest_share: Annotated[
+        float,
+        typer.Option(
+            help="After the first pass over every group, train only on this "
+            "share of them: those whose evidence the model then ranks worst "
+            "among its hard negatives (1: every pass over all groups)."
+        ),
+    ] = 1.0,
     word_coverage: Annotated[
         bool,
         typer.Option(
@@ -167,6 +175,7 @@ def train_scorer(
                 seed=seed,
                 layers=layers,
                 residual_weight=residual_weight,
+                hardest_share=hardest_share,
             ),
             cache_dir=str(cache_dir) if cache_dir else None,
             score_cache=str(score_cache) if score_cache else None,

@@ -187,12 +187,14 @@ def _settings_of(job: dict[str, Any] | None) -> Any:
     scoring = settings.get("scoring")
     if isinstance(scoring, dict) and "dtype" in scoring and "backend" not in scoring:
         scoring["backend"] = f"torch-{scoring.pop('dtype')}"
-    # A build started before layers could be cut kept all of them, and one
-    # started before residual training trained on the logit alone.
+    # A build started before layers could be cut kept all of them, one
+    # started before residual training trained on the logit alone, and one
+    # started before the focus on hard groups drew from all groups.
     training = settings.get("training")
     if isinstance(training, dict):
         training.setdefault("layers", 0)
         training.setdefault("residual_weight", 0.0)
+        training.setdefault("hardest_share", 1.0)
     # One started before the blend weighed word coverage fitted it without.
     settings.setdefault("word_coverage", False)
     # The same folder named relatively or absolutely is the same build.

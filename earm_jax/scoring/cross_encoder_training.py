@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .hardest_groups import hardest_groups
 from .listwise_groups import (
     TrainingGroup,
     listwise_loss,
@@ -87,6 +88,11 @@ class TrainingSettings:
         of the logit, so the network learns what the retriever's similarity
         misses (0: the logit alone). The similarity blend fitted after
         training puts the cosine back at whatever weight ranks best.
+      hardest_share: in (0, 1]; after the first pass over every group, the
+        remaining steps draw only from this share of the groups, those whose
+        positive the model then ranks worst among their hard negatives
+        (:func:`~earm_jax.scoring.hardest_groups.hardest_groups`); 1: every
+        pass draws from all groups.
     """
 
     epochs: float = 2.0
@@ -105,6 +111,7 @@ class TrainingSettings:
     freeze_word_embeddings: bool = True
     layers: int = 0
     residual_weight: float = 0.0
+    hardest_share: float = 1.0
 
     def __post_init__(self) -> None:
         def positive_int(name: str) -> None:
@@ -145,6 +152,9 @@ class TrainingSettings:
         weight = self.residual_weight
         if not (math.isfinite(weight) and weight >= 0):
             raise ValueError(f"residual_weight must be >= 0, got {weight!r}")
+        share = self.hardest_share
+        if not (math.isfinite(share) and 0 < share <= 1):
+            raise ValueError(f"hardest_share must be in (0, 1], got {share!r}")
 
     def num_steps(self, num_groups: int) -> int:
         steps = max(1, math.ceil(self.epochs * num_groups / self.groups_per_step))
@@ -161,6 +171,8 @@ class TrainingReport:
       seconds: wall time of the loop.
       first_loss: mean loss of the first 10% of steps.
       last_loss: mean loss of the last 10% of steps.
+      focused_groups: how many groups the steps after the first pass drew
+        from (0: no focus, every pass drew from all groups).
     """
 
     steps: int
@@ -168,6 +180,7 @@ class TrainingReport:
     seconds: float
     first_loss: float
     last_loss: float
+    focused_groups: int = 0
 
 
 StepCallback = Callable[[int, int, float], Any]
@@ -348,16 +361,34 @@ def train_cross_encoder(
         lambda step: min(1.0, (step + 1) / warmup) * max(0.0, (steps - step) / steps),
     )
     model.train()
+    drawn_from = np.arange(len(groups))
+    focus_at = math.ceil(len(groups) / settings.groups_per_step)
+    focused = settings.hardest_share < 1 and focus_at < steps
     order: list[int] = []
     losses: list[float] = []
     pairs = 0
     start = time.perf_counter()
     for step in range(steps):
+        if focused and step == focus_at:
+            drawn_from = hardest_groups(
+                lambda pairs: model_logits(
+                    tokenizer,
+                    model,
+                    pairs,
+                    max_length=settings.max_length,
+                    precision=settings.precision,
+                ),
+                groups,
+                settings.hardest_share,
+                settings.residual_weight,
+            )
+            model.train()
+            order = []
         batch_groups = []
         offsets = []
         for _ in range(settings.groups_per_step):
             if not order:
-                order = list(rng.permutation(len(groups)))
+                order = [int(drawn_from[i]) for i in rng.permutation(len(drawn_from))]
             group = groups[order.pop()]
             chosen = sample_group_indices(group, settings, rng)
             batch_groups.append((group.query, [group.memories[i] for i in chosen]))
@@ -401,6 +432,7 @@ def train_cross_encoder(
         seconds=time.perf_counter() - start,
         first_loss=float(np.mean(losses[:tenth])),
         last_loss=float(np.mean(losses[-tenth:])),
+        focused_groups=len(drawn_from) if focused else 0,
     )
 
 

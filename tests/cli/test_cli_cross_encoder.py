@@ -102,6 +102,8 @@ def test_a_conversation_the_model_trained_on_is_refused(
             "2",
             "--warmup-fraction",
             "0.3",
+            "--hardest-share",
+            "0.5",
             "--out",
             str(folder),
             "--cache-dir",
@@ -120,6 +122,7 @@ def test_a_conversation_the_model_trained_on_is_refused(
     # --layers 2: the fold is MiniLM's first 2 layers, and the manifest says so.
     assert manifest["job"]["training"]["layers"] == 2
     assert manifest["job"]["training"]["warmup_fraction"] == 0.3
+    assert manifest["job"]["training"]["hardest_share"] == 0.5
     fold = json.loads((folder / "fold-0" / "config.json").read_text())
     assert fold["num_hidden_layers"] == 2
     capsys.readouterr()
@@ -163,6 +166,7 @@ def test_train_scorer_mistakes_are_one_line(locomo_path, tmp_path, capsys):
         (["--layers", "7"], "layers"),
         (["--layers", "-1"], "layers"),
         (["--warmup-fraction", "1.5"], "warmup_fraction"),
+        (["--hardest-share", "0"], "hardest_share"),
     ]
     for extra, word in cases:
         status = main.run(

@@ -224,6 +224,9 @@ def test_training_settings_name_the_field():
         ("layers", 2.0),
         ("residual_weight", -1.0),
         ("residual_weight", float("nan")),
+        ("hardest_share", 0.0),
+        ("hardest_share", 1.5),
+        ("hardest_share", float("nan")),
     ]:
         with pytest.raises(ValueError, match=field):
             TrainingSettings(**{field: value})
