@@ -143,7 +143,7 @@ def _train_fold(
         f"{steps} steps)"
     )
     base = job.base_model or str(default_base_model())
-    tokenizer, model = load_base_model(base, job.training.layers)
+    tokenizer, model = load_base_model(base, job.training.layers, job.training.seed)
     progress.phase(f"{name} training", steps)
     every = max(1, steps // 50)
 

@@ -219,11 +219,15 @@ def _autocast(precision: Precision) -> Any:
     return contextlib.nullcontext()
 
 
-def load_base_model(folder: str | os.PathLike[str], layers: int = 0) -> tuple[Any, Any]:
+def load_base_model(
+    folder: str | os.PathLike[str], layers: int = 0, seed: int | None = None
+) -> tuple[Any, Any]:
     """``(tokenizer, one-label sequence-classification model)`` from a local
     BERT-like folder (a sentence-transformers folder works: its transformer
     weights are the encoder; the classification head starts fresh), cut to
     its first ``layers`` transformer layers (0: all; :func:`keep_layers`).
+    ``seed`` seeds torch before the fresh head is drawn, so that one seed is
+    one model (``None``: whatever state torch's generator is in).
 
     Raises:
       ValueError: naming ``layers`` when the model has fewer, or is not a
@@ -239,6 +243,10 @@ def load_base_model(folder: str | os.PathLike[str], layers: int = 0) -> tuple[An
 
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # "classifier newly initialized" is expected
+    if seed is not None:
+        import torch
+
+        torch.manual_seed(seed)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
         model = AutoModelForSequenceClassification.from_pretrained(
